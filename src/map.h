@@ -1,0 +1,30 @@
+/* String-keyed hash map (open addressing, FNV-1a), arena-backed.
+ * Keys are not copied: they must outlive the map (they live in the arena or
+ * in the mapped model). Removal is not supported; passes mark values dead
+ * instead. */
+#ifndef MAP_H
+#define MAP_H
+#include <stddef.h>
+#include <stdint.h>
+#include "arena.h"
+
+typedef struct {
+	const char *key;
+	void *val;
+} MapSlot;
+
+typedef struct {
+	Arena *a;
+	MapSlot *slot;
+	size_t cap, len; /* cap is a power of two */
+} Map;
+
+void map_init(Map *m, Arena *a, size_t hint);
+void *map_get(const Map *m, const char *key);
+/* Inserts or replaces; returns the previous value (NULL when new). */
+void *map_put(Map *m, const char *key, void *val);
+uint64_t map_hash(const char *s);
+
+/* Iterate: for (size_t i = 0; i < m.cap; i++) if (m.slot[i].key) ... */
+
+#endif

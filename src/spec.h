@@ -1,0 +1,34 @@
+/* The expert-set description (experts.yaml, schema version 1; see
+ * schema/experts.yaml). Paths are resolved against the YAML file's folder. */
+#ifndef SPEC_H
+#define SPEC_H
+#include <stddef.h>
+#include "arena.h"
+#include "err.h"
+
+typedef struct {
+	const char *scope;   /* module path, e.g. "model.6" */
+	int line, col;       /* of the entry, for messages */
+	int experts;         /* E >= 1 */
+	int top_k;           /* 1 <= k <= E */
+	const char *expert;  /* pattern with "{i}", default "experts.{i}" */
+	const char *weights; /* resolved path of this layer's source, or the file-wide one */
+	const char *checkpoint_key; /* for .pt dicts; NULL: default rule */
+	const char *prefix;  /* key prefix in the source, default "" */
+	const char *router_indices, *router_weights, *input, *output; /* overrides, or NULL */
+} SpecLayer;
+
+typedef struct {
+	const char *path;    /* the YAML file itself */
+	const char *weights; /* resolved, or NULL when every layer has its own */
+	const char *checkpoint_key;
+	SpecLayer *layer;
+	size_t nlayer;
+} Spec;
+
+/* Errors read "experts.yaml:LINE:COL: message". */
+int spec_load(Spec *s, const char *path, Arena *a, Err *e);
+/* Expands the layer's expert pattern for expert i: "experts.3". */
+const char *spec_expert_path(Arena *a, const SpecLayer *l, int i);
+
+#endif

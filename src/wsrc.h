@@ -1,0 +1,70 @@
+/* Weight sources: where the experts' checkpoint tensors come from.
+ * One interface over .safetensors, .npz, a directory of .npy, an .onnx donor
+ * and a torch.save checkpoint (.pt/.pth). A source is opened once, indexed by
+ * key, and read without copying where the format allows (mmap). */
+#ifndef WSRC_H
+#define WSRC_H
+#include <stddef.h>
+#include <stdint.h>
+#include "arena.h"
+#include "err.h"
+#include "map.h"
+
+enum { WT_MAXDIM = 8 };
+
+/* dtype codes are ONNX TensorProto.DataType values (1 float, 10 float16,
+ * 16 bfloat16, 11 double, 7 int64, ...), so a tensor can go straight into an
+ * initializer. */
+typedef struct {
+	const char *name;
+	int dtype;
+	int ndim;
+	int64_t dims[WT_MAXDIM];
+	const void *data; /* little-endian, contiguous row-major; in a mapping or the arena */
+	size_t nbytes;
+} WTensor;
+
+typedef struct {
+	void *base;
+	size_t len;
+} WMapping;
+
+typedef struct {
+	const char *path;
+	WTensor *t;
+	size_t n;
+	Map byname;
+	WMapping *maps; /* unmapped by wsrc_close */
+	size_t nmaps;
+	Arena *a;
+} WSrc;
+
+/* Opens by extension (.safetensors, .npz, .npy directory, .onnx, .pt/.pth/.bin
+ * zip checkpoints). key selects an entry of a checkpoint dict (NULL: the
+ * detector convention, 'ema' when present and not None, else 'model', else
+ * the file itself). Errors name the file and what is wrong. */
+WSrc *wsrc_open(const char *path, const char *key, Arena *a, Err *e);
+void wsrc_close(WSrc *w);
+const WTensor *wsrc_get(const WSrc *w, const char *name);
+
+/* Helpers shared by the readers. */
+int wsrc_add(WSrc *w, const WTensor *t, Err *e); /* duplicate names are an error */
+int wsrc_mmap(WSrc *w, const char *path, const void **base, size_t *len, Err *e);
+size_t wt_dtype_size(int dtype);            /* 0 for unknown */
+const char *wt_dtype_name(int dtype);
+int64_t wt_numel(const WTensor *t);         /* -1 on overflow */
+/* Converts any float type (f16, bf16, f32, f64) to f32; -1 for other types. */
+int wt_to_f32(const WTensor *t, float *out, Err *e);
+float wt_f16_to_f32(uint16_t h);
+float wt_bf16_to_f32(uint16_t h);
+uint16_t wt_f32_to_f16(float f);
+uint16_t wt_f32_to_bf16(float f);
+
+/* Per-format openers, called by wsrc_open. */
+int wsrc_read_safetensors(WSrc *w, Err *e);
+int wsrc_read_npz(WSrc *w, Err *e);
+int wsrc_read_npydir(WSrc *w, Err *e);
+int wsrc_read_onnx(WSrc *w, Err *e);
+int wsrc_read_pt(WSrc *w, const char *key, Err *e);
+
+#endif
