@@ -1,0 +1,22 @@
+/* The pipeline, visible in one place: build index -> passes -> check.
+ * Parsing happens before (model_load, spec_load), serializing after
+ * (model_save); both belong to main. */
+#ifndef PIPELINE_H
+#define PIPELINE_H
+#include "arena.h"
+#include "err.h"
+#include "model.h"
+#include "report.h"
+#include "spec.h"
+
+typedef struct {
+	int check_only; /* --check: find damage, rewrite nothing */
+	int no_check;   /* --no-check: skip the structural checker */
+	int verbose;
+} Opts;
+
+/* spec NULL: diagnosis only (find MoE-like routers, report damage).
+ * Returns 0 or -1 with e set; r is filled either way as far as it got. */
+int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e);
+
+#endif
