@@ -493,6 +493,10 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 		want = list(range(len(experts_of(m)))) if scripted else kept[s]
 		if have != want:
 			raise SystemExit(f"{name}: {s}: export holds experts {have}, expected {want}")
+		if dense is not None:
+			have = experts_in_graph(dense, s, pat)
+			if have != list(range(len(experts_of(m)))):
+				raise SystemExit(f"{name}: {s}: dense export holds only experts {have}")
 
 	for i, (t, o) in enumerate(zip(ins, outs)):
 		np.save(os.path.join(d, f"in_{i}.npy"), t.numpy().astype("<f4"))
