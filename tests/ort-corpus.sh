@@ -3,7 +3,8 @@
 # wrong against the eager references (diff > 1e-2, or the runtime fails), the
 # dense export right (diff <= 1e-4).  Scripted cases keep all experts behind
 # If nodes: their damage is structural, so their broken.onnx must be right.
-# Cases: $top_srcdir/testdata/*/ and, when present, ../shared/corpus/*/*/.
+# Cases: $top_srcdir/testdata/*/ and, when present, ../shared/corpus/*/ and
+# ../shared/corpus/*/*/ (the shared corpus groups cases by exporter).
 #
 # MOE_ALLOW_NO_ORT=1 turns a missing onnxruntime-node into a skip (77).
 
@@ -41,7 +42,8 @@ run() { # what model dir mode tol
 	fi
 }
 
-for dir in "$srcdir"/testdata/*/ "$srcdir"/../shared/corpus/*/*/; do
+for dir in "$srcdir"/testdata/*/ "$srcdir"/../shared/corpus/*/ \
+	"$srcdir"/../shared/corpus/*/*/; do
 	[ -f "$dir/broken.onnx" ] || continue
 	dir=${dir%/}
 	cases=$((cases + 1))
