@@ -70,8 +70,9 @@ int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, 
 int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
 
 /* Folds If(Equal(Gather(Shape(t), d), 1)) {Squeeze} {Identity} shape guards
- * whose dimension is provably 1. Returns how many were folded, or -1. */
-int fold_shape_ifs(Ctx *c, Err *e);
+ * whose dimension is provably 1 (dry: only count them). Returns how many,
+ * or -1. */
+int fold_shape_ifs(Ctx *c, int dry, Err *e);
 
 /* Helpers shared by the MoE passes. */
 const char *expert_path(Ctx *c, const SpecLayer *s, int id); /* "model.0.experts.3" */
