@@ -122,8 +122,9 @@ static int keys(P *p, const yaml_node_t *map, const char *what, const char *cons
 				if (d < best)
 					best = d, bi = j;
 			}
-			size_t len = strlen(text(k));
-			if (best <= 2 && best < len)
+			/* Close enough to be a typo: two edits, or under half the longer word. */
+			size_t len = strlen(text(k)), kl = strlen(known[bi]);
+			if ((best <= 2 && best < len) || 2 * best < (len > kl ? len : kl))
 				return at(p, k, "unknown key '%s' in %s; did you mean '%s'?", text(k), what, known[bi]);
 			char list[400] = "";
 			for (size_t j = 0; j < nk; j++)
