@@ -59,7 +59,8 @@ static int tensor(WSrc *w, const Onnx__TensorProto *tp, const char *name, Err *e
 	if (tp->n_dims > WT_MAXDIM)
 		return errf(e, "tensor '%s' has %zu dimensions; at most %d are supported", name, tp->n_dims, WT_MAXDIM);
 	t.ndim = (int)tp->n_dims;
-	memcpy(t.dims, tp->dims, tp->n_dims * sizeof *tp->dims);
+	if (tp->n_dims)
+		memcpy(t.dims, tp->dims, tp->n_dims * sizeof *tp->dims);
 	int64_t nb = wt_nbytes(&t);
 	if (nb < 0)
 		return errf(e, "tensor '%s': shape overflows or has a negative dimension", name);
