@@ -274,41 +274,59 @@ static ExtFile *ext_file(Model *md, const Onnx__TensorProto *t, const char *loc,
 	return x;
 }
 
-/* Checks offset/length against the file and, for fixed-size types, the
- * byte count against dims: ONNX Runtime would refuse a mismatch later with
- * a vaguer message. */
-static int ext_check(Model *md, const Onnx__TensorProto *t, Err *e)
+/* Bytes dims x type need; -1 when the type has no fixed size (strings,
+ * 4-bit types, types newer than this table), -2 on invalid dims. */
+static int64_t need_bytes(const Onnx__TensorProto *t)
+{
+	size_t es = t->has_data_type ? dtype_size(t->data_type) : 0;
+	if (!es)
+		return -1;
+	uint64_t n = es;
+	for (size_t i = 0; i < t->n_dims; i++) {
+		if (t->dims[i] < 0 || (t->dims[i] && n > (uint64_t)INT64_MAX / (uint64_t)t->dims[i]))
+			return -2;
+		n *= (uint64_t)t->dims[i];
+	}
+	return (int64_t)n;
+}
+
+/* Offset and length of t's bytes in its file. Without a length key, ONNX
+ * Runtime reads what dims x type need (the onnx Python package reads to
+ * the end of the file); taking the former keeps both readings valid. */
+static int ext_range(Model *md, const Onnx__TensorProto *t, const ExtFile *x, int64_t *off, int64_t *len, Err *e)
 {
 	const char *name = t->name ? t->name : "";
+	int64_t need = need_bytes(t);
+	if (need == -2)
+		return errf(e, "%s: tensor '%s': invalid dims", md->path, name);
+	if (ext_num(md, t, "offset", 0, off, e) < 0)
+		return -1;
+	if (*off > x->size)
+		return errf(e, "%s: tensor '%s': external data offset %" PRId64 " is past the end of '%s' (%lld bytes)",
+		            md->path, name, *off, x->loc, (long long)x->size);
+	if (ext_num(md, t, "length", need >= 0 ? need : x->size - *off, len, e) < 0)
+		return -1;
+	if (*len > x->size - *off)
+		return errf(e, "%s: tensor '%s': external data offset %" PRId64 " + length %" PRId64 " runs past the end of '%s' (%lld bytes); the data file is truncated or not the one this model was saved with",
+		            md->path, name, *off, *len, x->loc, (long long)x->size);
+	if (need >= 0 && need != *len)
+		return errf(e, "%s: tensor '%s': external data in '%s' holds %" PRId64 " bytes but its dims and type need %" PRId64,
+		            md->path, name, x->loc, *len, need);
+	return 0;
+}
+
+/* Checks the location and range once at load: ONNX Runtime would refuse
+ * a bad one later with a vaguer message. */
+static int ext_check(Model *md, const Onnx__TensorProto *t, Err *e)
+{
 	const char *loc = ext_get(t, "location");
 	if (!loc)
-		return errf(e, "%s: tensor '%s': data_location is EXTERNAL but there is no 'location' key; fix the model", md->path, name);
+		return errf(e, "%s: tensor '%s': data_location is EXTERNAL but there is no 'location' key; fix the model",
+		            md->path, t->name ? t->name : "");
 	ExtFile *x = ext_file(md, t, loc, e);
-	if (!x)
-		return -1;
 	int64_t off, len;
-	if (ext_num(md, t, "offset", 0, &off, e) < 0)
+	if (!x || ext_range(md, t, x, &off, &len, e) < 0)
 		return -1;
-	if (off > x->size)
-		return errf(e, "%s: tensor '%s': external data offset %" PRId64 " is past the end of '%s' (%lld bytes)",
-		            md->path, name, off, loc, (long long)x->size);
-	if (ext_num(md, t, "length", x->size - off, &len, e) < 0)
-		return -1;
-	if (len > x->size - off)
-		return errf(e, "%s: tensor '%s': external data offset %" PRId64 " + length %" PRId64 " runs past the end of '%s' (%lld bytes); the data file is truncated or not the one this model was saved with",
-		            md->path, name, off, len, loc, (long long)x->size);
-	size_t es = t->has_data_type ? dtype_size(t->data_type) : 0;
-	if (es) {
-		uint64_t n = es;
-		for (size_t i = 0; i < t->n_dims; i++) {
-			if (t->dims[i] < 0 || (t->dims[i] && n > UINT64_MAX / (uint64_t)t->dims[i]))
-				return errf(e, "%s: tensor '%s': invalid dims", md->path, name);
-			n *= (uint64_t)t->dims[i];
-		}
-		if (n != (uint64_t)len)
-			return errf(e, "%s: tensor '%s': external data in '%s' holds %" PRId64 " bytes but its dims and type need %" PRIu64,
-			            md->path, name, loc, len, n);
-	}
 	md->next++;
 	return 0;
 }
@@ -406,7 +424,8 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 {
 	*md = (Model){ .path = path, .a = a, .dir = dir_of(a, path) };
 	map_init(&md->ext, a, 0);
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: a FIFO must be refused, not waited on. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return errf(e, "%s: cannot open: %s", path, strerror(errno));
 	struct stat st;
@@ -510,9 +529,8 @@ int model_tensor_data(Model *md, const Onnx__TensorProto *t, const void **p, siz
 		x->mapped = 1;
 	}
 	int64_t off, len;
-	if (ext_num(md, t, "offset", 0, &off, e) < 0 || off > x->size ||
-	    ext_num(md, t, "length", x->size - off, &len, e) < 0 || len > x->size - off)
-		return errf(e, "%s: tensor '%s': external data range outside '%s'", md->path, name, x->loc);
+	if (ext_range(md, t, x, &off, &len, e) < 0)
+		return -1;
 	*p = x->base + off;
 	*n = (size_t)len;
 	return 0;
