@@ -1,6 +1,311 @@
+/* The command line: parse args -> model_load -> spec_load -> pipeline_run
+ * -> model_save, per input. Only main prints and picks the exit status. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
-int main(void)
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "afile.h"
+#include "arena.h"
+#include "err.h"
+#include "model.h"
+#include "pipeline.h"
+#include "report.h"
+#include "spec.h"
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "unknown"
+#endif
+
+static const char usage[] =
+	"usage: onnx-moe-repair IN.onnx [IN2.onnx ...] [--experts experts.yaml]\n"
+	"                       [-o OUT.onnx | -o DIR | -o -] [--check] [--report FILE.json]\n"
+	"                       [--no-check] [--in-place] [-q] [-v] [--help] [--version]\n"
+	"\n"
+	"Repairs Mixture-of-Experts ONNX models broken by torch.onnx.export tracing:\n"
+	"re-inserts the experts the dummy input did not route to and replaces the\n"
+	"dispatch (or scripted If nodes) by a static dense form.\n"
+	"\n"
+	"  --experts FILE    the expert sets (experts.yaml, see onnx-moe-repair(1));\n"
+	"                    without it only a diagnosis runs and nothing is written\n"
+	"  -o OUT.onnx       output file (default: IN.repaired.onnx beside the input)\n"
+	"  -o DIR            output folder, one file per input under its own name\n"
+	"  -o -              write the model to standard output\n"
+	"  --check           write nothing; exit 1 when something needs repair\n"
+	"  --report FILE     what was found and done, as JSON\n"
+	"  --no-check        skip the structural check of the output\n"
+	"  --in-place        replace the input (refused otherwise)\n"
+	"  --passthrough     load and write back without any pass (I/O test aid)\n"
+	"  -q, --quiet       no summary on stderr\n"
+	"  -v, --verbose     more detail: node counts, mapping check, timings\n"
+	"  -h, --help        this text\n"
+	"  -V, --version     the version\n"
+	"\n"
+	"Exit status: 0 success (--check, diagnosis: nothing needs repair),\n"
+	"1 (--check, diagnosis only) something needs repair, 2 error.\n";
+
+typedef struct {
+	const char *experts, *out, *report;
+	int check, no_check, in_place, quiet, verbose, passthrough;
+	char **in;
+	int nin;
+} Args;
+
+static int die(const char *msg)
 {
-	puts("onnx-moe-repair: not yet");
+	fprintf(stderr, "onnx-moe-repair: %s\n", msg);
+	return 2;
+}
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static const char *base_of(const char *p)
+{
+	const char *s = strrchr(p, '/');
+	return s ? s + 1 : p;
+}
+
+static int is_dir(const char *p)
+{
+	struct stat st;
+	size_t n = strlen(p);
+	return (n && p[n - 1] == '/') || (stat(p, &st) == 0 && S_ISDIR(st.st_mode));
+}
+
+/* IN.onnx -> IN.repaired.onnx beside it; -o DIR -> DIR/basename. */
+static char *out_path(Arena *a, const Args *g, const char *in)
+{
+	if (g->in_place)
+		return arena_strdup(a, in);
+	if (g->out && is_dir(g->out)) {
+		size_t n = strlen(g->out);
+		return arena_printf(a, "%s%s%s", g->out, g->out[n - 1] == '/' ? "" : "/", base_of(in));
+	}
+	if (g->out)
+		return arena_strdup(a, g->out);
+	size_t n = strlen(in);
+	if (n > 5 && !strcmp(in + n - 5, ".onnx"))
+		n -= 5;
+	return arena_printf(a, "%.*s.repaired.onnx", (int)n, in);
+}
+
+static int parse(Args *g, int argc, char **argv, Err *e)
+{
+	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS };
+	static const struct option opts[] = {
+		{ "experts", required_argument, NULL, O_EXPERTS },
+		{ "output", required_argument, NULL, 'o' },
+		{ "check", no_argument, NULL, O_CHECK },
+		{ "report", required_argument, NULL, O_REPORT },
+		{ "no-check", no_argument, NULL, O_NOCHECK },
+		{ "in-place", no_argument, NULL, O_INPLACE },
+		{ "passthrough", no_argument, NULL, O_PASS },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	opterr = 0; /* our own one-line messages */
+	for (int c; (c = getopt_long(argc, argv, ":o:qvhV", opts, NULL)) != -1;) {
+		switch (c) {
+		case O_EXPERTS: g->experts = optarg; break;
+		case 'o': g->out = optarg; break;
+		case O_CHECK: g->check = 1; break;
+		case O_REPORT: g->report = optarg; break;
+		case O_NOCHECK: g->no_check = 1; break;
+		case O_INPLACE: g->in_place = 1; break;
+		case O_PASS: g->passthrough = 1; break;
+		case 'q': g->quiet = 1; break;
+		case 'v': g->verbose = 1; break;
+		case 'h': fputs(usage, stdout); exit(0);
+		case 'V': printf("onnx-moe-repair %s\n", PACKAGE_VERSION); exit(0);
+		case ':':
+			return errf(e, "%s needs an argument; see --help", argv[optind - 1]);
+		default:
+			if (optopt)
+				return errf(e, "unknown option '-%c'; see --help", optopt);
+			return errf(e, "unknown option '%s'; see --help", argv[optind - 1]);
+		}
+	}
+	g->in = argv + optind;
+	g->nin = argc - optind;
+	if (!g->nin)
+		return errf(e, "no input model; usage: onnx-moe-repair IN.onnx [--experts experts.yaml] [-o OUT.onnx]");
+	int writes = g->experts || g->passthrough;
+	if (g->check && (g->out || g->in_place))
+		return errf(e, "--check writes nothing; drop %s", g->out ? "-o" : "--in-place");
+	if (g->check && g->passthrough)
+		return errf(e, "--check and --passthrough exclude each other");
+	if (!writes && !g->check && (g->out || g->in_place))
+		return errf(e, "%s needs --experts: without it only a diagnosis runs, which writes nothing", g->out ? "-o" : "--in-place");
+	if (g->in_place && g->out)
+		return errf(e, "--in-place and -o exclude each other");
+	if (g->passthrough && g->experts)
+		return errf(e, "--passthrough runs no pass; drop --experts");
+	if (g->quiet)
+		g->verbose = 0;
+	for (int i = 0; i < g->nin; i++)
+		if (!strcmp(g->in[i], "-"))
+			return errf(e, "reading a model from standard input is not supported; pass a file");
+	if (g->nin > 1 && g->out && !strcmp(g->out, "-"))
+		return errf(e, "-o - takes a single input; use -o DIR for several");
+	if (g->nin > 1 && g->out && !is_dir(g->out))
+		return errf(e, "%s: several inputs need -o DIR (an existing folder), or no -o to write each beside its input", g->out);
+	if (g->nin > 1 && g->out)
+		for (int i = 0; i < g->nin; i++)
+			for (int j = 0; j < i; j++)
+				if (!strcmp(base_of(g->in[i]), base_of(g->in[j])))
+					return errf(e, "%s and %s would both be written to %s/%s; process them separately",
+					            g->in[j], g->in[i], g->out, base_of(g->in[i]));
 	return 0;
+}
+
+/* One input, start to end. Returns its exit status (0, 1 damaged, 2). The
+ * JSON entry goes to js while the Report's arena is alive. */
+static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e)
+{
+	RunMode mode = g->check || (!spec && !g->passthrough) ? (spec ? RUN_CHECK : RUN_DIAGNOSE) : RUN_REPAIR;
+	Arena *a = arena_new();
+	Model md;
+	Report r = { 0 };
+	const char *out = mode == RUN_REPAIR ? out_path(a, g, in) : NULL;
+	int rc = 0, loaded = 0;
+	double t0 = now(), t1 = t0, t2 = t0, t3 = t0;
+	if (model_load(&md, in, a, e) < 0) {
+		rc = 2;
+		goto done;
+	}
+	loaded = 1;
+	t1 = now();
+	if (!g->passthrough) {
+		Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose };
+		if (pipeline_run(&md, spec, &o, &r, e) < 0) {
+			rc = 2;
+			goto done;
+		}
+	}
+	t2 = now();
+	if (mode == RUN_REPAIR) {
+		if (model_save(&md, out, g->in_place ? SAVE_IN_PLACE : 0, e) < 0) {
+			rc = 2;
+			goto done;
+		}
+	} else if (r.damaged) {
+		rc = 1;
+	}
+	t3 = now();
+done:
+	if (!g->quiet) {
+		report_print(stderr, in, &r, mode, g->verbose);
+		if (rc == 2)
+			; /* main prints the error */
+		else if (mode == RUN_REPAIR && g->passthrough)
+			fprintf(stderr, "%s: copied without passes -> %s\n", in, out);
+		else if (mode == RUN_REPAIR)
+			fprintf(stderr, "%s: %s -> %s\n", in, r.changed ? "repaired" : "nothing to repair, copy written", out);
+		else if (r.damaged)
+			fprintf(stderr, "%s: needs repair%s\n", in, spec ? "" : "; run with --experts experts.yaml");
+		else
+			fprintf(stderr, "%s: nothing needs repair%s\n", in,
+			        spec || r.nlayer ? "" : " (no MoE router found)");
+		if (g->verbose && rc != 2)
+			fprintf(stderr, "%s: %zu bytes, %d external tensors; load %.3f s, passes %.3f s, save %.3f s; arena %.1f MiB\n",
+			        in, md.size, md.next, t1 - t0, t2 - t1, t3 - t2, arena_used(a) / 1048576.0);
+	}
+	if (js) {
+		fputs("  {\"input\": ", js);
+		json_str(js, in);
+		fputs(", \"output\": ", js);
+		json_str(js, rc == 2 ? NULL : out);
+		fprintf(js, ", \"status\": \"%s\", ", rc == 2 ? "error" : mode == RUN_REPAIR ? (r.changed ? "repaired" : "written") : r.damaged ? "damaged" : "intact");
+		if (rc == 2) {
+			fputs("\"error\": ", js);
+			json_str(js, e->msg);
+			fputs(", ", js);
+		}
+		report_json(js, &r);
+		fputs("}", js);
+	}
+	if (loaded)
+		model_close(&md);
+	arena_free(a);
+	return rc;
+}
+
+static int write_report(const char *path, const char *text, size_t n, Err *e)
+{
+	AFile f;
+	if (afile_open(&f, path, 0666, e) < 0)
+		return -1;
+	afile_write(&f, text, n);
+	return afile_commit(&f, e);
+}
+
+int main(int argc, char **argv)
+{
+	/* With a file-size limit, a failing write() (EFBIG) lets us remove the
+	 * temporary; the default SIGXFSZ action would kill us mid-file. */
+	signal(SIGXFSZ, SIG_IGN);
+	Args g = { 0 };
+	Err e = { { 0 } };
+	if (parse(&g, argc, argv, &e) < 0)
+		return die(e.msg);
+
+	char *jbuf = NULL;
+	size_t jlen = 0;
+	FILE *js = NULL;
+	if (g.report) {
+		js = open_memstream(&jbuf, &jlen);
+		if (!js)
+			return die("out of memory for the report");
+		const char *m = g.check || (!g.experts && !g.passthrough) ? (g.experts ? "check" : "diagnose") : "repair";
+		fprintf(js, "{\"tool\": \"onnx-moe-repair\", \"version\": \"%s\", \"mode\": \"%s\",\n\"models\": [\n", PACKAGE_VERSION, m);
+	}
+
+	Arena *sa = arena_new();
+	Spec spec, *sp = NULL;
+	int status = 0;
+	const char *fatal = NULL;
+	if (g.experts) {
+		if (spec_load(&spec, g.experts, sa, &e) < 0) {
+			fatal = e.msg;
+			fprintf(stderr, "onnx-moe-repair: %s\n", e.msg);
+			status = 2;
+		} else {
+			sp = &spec;
+		}
+	}
+	for (int i = 0; i < g.nin && !fatal; i++) {
+		if (js && i)
+			fputs(",\n", js);
+		int rc = run(&g, sp, g.in[i], js, &e);
+		if (rc == 2)
+			fprintf(stderr, "onnx-moe-repair: %s\n", e.msg);
+		if (rc > status)
+			status = rc;
+	}
+	if (js) {
+		fprintf(js, "\n],\n\"error\": ");
+		json_str(js, fatal);
+		fprintf(js, ", \"exit_status\": %d}\n", status);
+		fclose(js);
+		Err re;
+		if (write_report(g.report, jbuf, jlen, &re) < 0) {
+			fprintf(stderr, "onnx-moe-repair: %s\n", re.msg);
+			status = 2;
+		}
+		free(jbuf);
+	}
+	arena_free(sa);
+	return status;
 }

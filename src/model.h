@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include "arena.h"
 #include "err.h"
+#include "map.h"
 #include "onnx.pb-c.h"
 
 typedef struct {
@@ -14,15 +15,33 @@ typedef struct {
 	Arena *a;
 	Onnx__ModelProto *m;
 	size_t size;      /* bytes of the file loaded */
+	Map ext;          /* external data: location -> its mapping (ExtFile), made on demand */
+	int next;         /* tensors with data_location EXTERNAL */
 } Model;
 
+/* Refuses what is not a ModelProto with a graph (with the byte offset where
+ * the wire format breaks), and external data whose location is absolute,
+ * has a ".." component, is or passes through a symlink, is missing, or is
+ * shorter than offset+length. */
 int model_load(Model *md, const char *path, Arena *a, Err *e);
+/* Unmaps the external data mappings model_tensor_data made. The arena (and
+ * so the protobuf) is the caller's. */
+void model_close(Model *md);
 
 enum {
 	SAVE_IN_PLACE = 1 << 0, /* allow out == the input path */
 };
 /* out "-" writes to standard output. Refuses to write over md->path unless
- * SAVE_IN_PLACE. Nothing is left behind on failure. */
+ * SAVE_IN_PLACE, and over an external data file always. Refuses a model
+ * over 2 GiB - 1 packed (protobuf's limit). External tensors keep their
+ * relative location: writing to another folder is refused unless each
+ * data file there is the same file as, or a byte-identical copy of, the
+ * one beside the input. Nothing is left behind on failure. */
 int model_save(const Model *md, const char *out, int flags, Err *e);
+
+/* A tensor's bytes: raw_data when embedded, else the slice of its external
+ * file, mapped read-only until model_close. Values kept in typed fields
+ * (float_data, int64_data, ...) are an error: callers convert those. */
+int model_tensor_data(Model *md, const Onnx__TensorProto *t, const void **p, size_t *n, Err *e);
 
 #endif

@@ -3,6 +3,7 @@
 #ifndef REPORT_H
 #define REPORT_H
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct {
 	const char *scope;    /* spec scope, or the router's TopK node name in diagnosis */
@@ -25,5 +26,20 @@ typedef struct {
 	int damaged;          /* --check / diagnosis: something needs repair */
 	int changed;          /* the model was rewritten */
 } Report;
+
+/* How the run was asked: the same Report reads differently in each. */
+typedef enum { RUN_DIAGNOSE, RUN_CHECK, RUN_REPAIR } RunMode;
+
+/* The per-layer summary, one line each, "name: ..." (main adds the verdict
+ * line, which knows the output path). verbose adds node counts and the
+ * mapping check's difference. */
+void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int verbose);
+/* The Report as JSON object members ("damaged": ..., "layers": [...]),
+ * without the braces, so main can add input/output/status around it. */
+void report_json(FILE *f, const Report *r);
+/* A JSON string literal: escapes quotes, backslashes and control bytes,
+ * replaces invalid UTF-8 by U+FFFD (names come from untrusted models).
+ * NULL prints null. */
+void json_str(FILE *f, const char *s);
 
 #endif

@@ -1,0 +1,249 @@
+#include "afile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static int write_all(int fd, const unsigned char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static void release(AFile *f)
+{
+	if (f->fd >= 0 && f->fd != STDOUT_FILENO)
+		close(f->fd);
+	if (f->dirfd >= 0)
+		close(f->dirfd);
+	free(f->buf);
+	free(f->tmpname);
+	free(f->base);
+	f->fd = f->dirfd = -1;
+	f->buf = NULL;
+	f->tmpname = f->base = NULL;
+}
+
+int afile_open(AFile *f, const char *path, mode_t mode, Err *e)
+{
+	*f = (AFile){ .path = path, .fd = -1, .dirfd = -1 };
+	f->buf = malloc(AFILE_BUF);
+	if (!f->buf)
+		return errf(e, "%s: out of memory for the write buffer", path);
+	if (!strcmp(path, "-")) {
+		f->fd = STDOUT_FILENO;
+		return 0;
+	}
+	size_t len = strlen(path);
+	if (!len || path[len - 1] == '/') {
+		release(f);
+		return errf(e, "%s: is a folder, not a file name", path);
+	}
+	const char *slash = strrchr(path, '/');
+	char *dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
+	f->base = strdup(slash ? slash + 1 : path);
+	if (!dir || !f->base) {
+		free(dir);
+		release(f);
+		return errf(e, "%s: out of memory", path);
+	}
+	f->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (f->dirfd < 0) {
+		errf(e, "%s: cannot open folder %s: %s", path, dir, strerror(errno));
+		free(dir);
+		release(f);
+		return -1;
+	}
+	/* Replacing an existing file keeps its permissions; a device or FIFO
+	 * is never replaced (rename over /dev/null as root would be a
+	 * disaster): those want -o - and a redirection. */
+	struct stat st;
+	int keep = 0;
+	if (fstatat(f->dirfd, f->base, &st, 0) == 0) {
+		if (S_ISDIR(st.st_mode)) {
+			free(dir);
+			release(f);
+			return errf(e, "%s: is a folder, not a file name", path);
+		}
+		if (!S_ISREG(st.st_mode)) {
+			free(dir);
+			release(f);
+			return errf(e, "%s: exists and is not a regular file; write with -o - and redirect instead", path);
+		}
+		mode = st.st_mode & 07777;
+		keep = 1;
+	}
+	f->fd = openat(f->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
+	if (f->fd >= 0) {
+		f->tmpfile = 1;
+	} else if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
+		/* No O_TMPFILE here: a named temporary, removed on every error
+		 * path (only SIGKILL can leave it behind). */
+		f->tmpname = malloc(strlen(dir) + strlen(f->base) + 16);
+		if (!f->tmpname) {
+			free(dir);
+			release(f);
+			return errf(e, "%s: out of memory", path);
+		}
+		sprintf(f->tmpname, "%s/.%s.XXXXXX", dir, f->base);
+		f->fd = mkostemp(f->tmpname, O_CLOEXEC);
+		if (f->fd < 0) {
+			free(f->tmpname);
+			f->tmpname = NULL;
+		} else if (!keep) {
+			mode_t um = umask(0);
+			umask(um);
+			mode &= ~um;
+		}
+		if (f->fd >= 0 && fchmod(f->fd, mode) < 0) {
+			errf(e, "%s: cannot set permissions of %s: %s", path, f->tmpname, strerror(errno));
+			free(dir);
+			afile_abort(f);
+			return -1;
+		}
+	}
+	if (f->fd < 0) {
+		errf(e, "%s: cannot create a file in %s: %s", path, dir, strerror(errno));
+		free(dir);
+		release(f);
+		return -1;
+	}
+	if (keep && f->tmpfile && fchmod(f->fd, mode) < 0) {
+		errf(e, "%s: cannot set permissions: %s", path, strerror(errno));
+		free(dir);
+		afile_abort(f);
+		return -1;
+	}
+	free(dir);
+	return 0;
+}
+
+static void flush(AFile *f)
+{
+	if (f->err || !f->nbuf)
+		return;
+	f->err = write_all(f->fd, f->buf, f->nbuf);
+	f->nbuf = 0;
+}
+
+void afile_write(AFile *f, const void *p, size_t n)
+{
+	if (f->err)
+		return;
+	f->written += n;
+	if (n >= AFILE_BUF - f->nbuf) {
+		flush(f);
+		if (f->err)
+			return;
+		if (n >= AFILE_BUF) {
+			/* A large tensor goes straight from the arena to the file. */
+			f->err = write_all(f->fd, p, n);
+			return;
+		}
+	}
+	memcpy(f->buf + f->nbuf, p, n);
+	f->nbuf += n;
+}
+
+/* Gives the unnamed inode a temporary name in the folder; rename then
+ * replaces the target atomically (linkat cannot replace). */
+static int name_tmpfile(AFile *f, Err *e)
+{
+	char proc[64];
+	snprintf(proc, sizeof proc, "/proc/self/fd/%d", f->fd);
+	size_t cap = strlen(f->base) + 32;
+	f->tmpname = malloc(cap);
+	if (!f->tmpname)
+		return errf(e, "%s: out of memory", f->path);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	unsigned long seed = (unsigned long)ts.tv_nsec ^ ((unsigned long)getpid() << 16);
+	for (int i = 0; i < 100; i++) {
+		seed = seed * 6364136223846793005UL + 1442695040888963407UL;
+		snprintf(f->tmpname, cap, ".%s.%06lx", f->base, (seed >> 33) & 0xffffff);
+		int rc = linkat(f->fd, "", f->dirfd, f->tmpname, AT_EMPTY_PATH);
+		if (rc < 0 && errno != EEXIST)
+			rc = linkat(AT_FDCWD, proc, f->dirfd, f->tmpname, AT_SYMLINK_FOLLOW);
+		if (rc == 0) {
+			f->tmpfile = 0;
+			return 0;
+		}
+		if (errno != EEXIST)
+			break;
+	}
+	errf(e, "%s: cannot name the finished file: %s", f->path, strerror(errno));
+	free(f->tmpname);
+	f->tmpname = NULL;
+	return -1;
+}
+
+int afile_commit(AFile *f, Err *e)
+{
+	flush(f);
+	if (f->err) {
+		errf(e, "%s: write failed: %s", f->path, strerror(f->err));
+		afile_abort(f);
+		return -1;
+	}
+	if (f->fd == STDOUT_FILENO) {
+		release(f);
+		return 0;
+	}
+	if (fsync(f->fd) < 0) {
+		errf(e, "%s: fsync failed: %s", f->path, strerror(errno));
+		afile_abort(f);
+		return -1;
+	}
+	if (f->tmpfile && name_tmpfile(f, e) < 0) {
+		afile_abort(f);
+		return -1;
+	}
+	/* close reports deferred write errors on some file systems (NFS). */
+	int rc = close(f->fd);
+	f->fd = -1;
+	if (rc < 0) {
+		errf(e, "%s: write failed: %s", f->path, strerror(errno));
+		afile_abort(f);
+		return -1;
+	}
+	const char *tmp = strrchr(f->tmpname, '/');
+	tmp = tmp ? tmp + 1 : f->tmpname;
+	if (renameat(f->dirfd, tmp, f->dirfd, f->base) < 0) {
+		errf(e, "%s: cannot rename the finished file into place: %s", f->path, strerror(errno));
+		afile_abort(f);
+		return -1;
+	}
+	free(f->tmpname);
+	f->tmpname = NULL;
+	/* The rename is durable only once the folder is. */
+	if (fsync(f->dirfd) < 0 && errno != EINVAL) {
+		errf(e, "%s: fsync of the folder failed: %s", f->path, strerror(errno));
+		release(f);
+		return -1;
+	}
+	release(f);
+	return 0;
+}
+
+void afile_abort(AFile *f)
+{
+	if (f->tmpname) {
+		const char *tmp = strrchr(f->tmpname, '/');
+		unlinkat(f->dirfd, tmp ? tmp + 1 : f->tmpname, 0);
+	}
+	release(f);
+}

@@ -1,0 +1,40 @@
+/* Atomic file output: the bytes go to an unnamed temporary file in the
+ * target's folder (O_TMPFILE; mkstemp where the file system lacks it),
+ * are fsync'ed, then renamed over the target and the folder fsync'ed.
+ * A reader sees the old file or the whole new one, never a prefix; a
+ * process killed mid-write leaves nothing behind (with O_TMPFILE even on
+ * SIGKILL, since the inode has no name until commit). */
+#ifndef AFILE_H
+#define AFILE_H
+#include <stddef.h>
+#include <sys/types.h>
+#include "err.h"
+
+enum { AFILE_BUF = 1 << 20 };
+
+typedef struct {
+	const char *path;  /* target, as given; "-" is standard output */
+	int fd, dirfd;
+	int tmpfile;       /* 1: O_TMPFILE, still unnamed */
+	char *tmpname;     /* mkstemp fallback: name inside the folder, malloc'ed */
+	char *base;        /* target's name inside the folder, malloc'ed */
+	unsigned char *buf;
+	size_t nbuf;
+	int err;           /* first errno of a failed write; sticky */
+	unsigned long long written;
+} AFile;
+
+/* mode: permission bits for a new file (umask applies); an existing target
+ * keeps its own. "-" writes straight to standard output, unbuffered by
+ * rename (nothing atomic about a pipe). */
+int afile_open(AFile *f, const char *path, mode_t mode, Err *e);
+/* Buffered; on failure remembers errno and drops further writes, so a
+ * caller streaming through callbacks checks once, at commit. */
+void afile_write(AFile *f, const void *p, size_t n);
+/* Flush, fsync, name, rename, fsync the folder. On error the temporary is
+ * removed and the target untouched. Closes f either way. */
+int afile_commit(AFile *f, Err *e);
+/* Drops everything written; the target is untouched. */
+void afile_abort(AFile *f);
+
+#endif

@@ -1,0 +1,663 @@
+#include "model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "afile.h"
+
+/* Deep enough for any real ONNX nesting (each If/Loop level costs three
+ * message levels); bounded so a crafted file cannot exhaust the stack in
+ * protobuf-c's recursive unpack. */
+enum { MAX_DEPTH = 256 };
+
+/* One external data file, validated at load, mapped on first use. */
+typedef struct {
+	const char *loc;  /* as written in the model */
+	const char *path; /* resolved against the model's folder */
+	off_t size;
+	dev_t dev;
+	ino_t ino;
+	const unsigned char *base;
+	size_t len;
+	int mapped;
+} ExtFile;
+
+/* --- wire-format scan ---------------------------------------------------
+ * protobuf-c says only "failed"; this walk says where and why, and bounds
+ * nesting before protobuf-c recurses. It accepts exactly what unpack does
+ * at the wire level (tags, lengths, wire types of known fields). */
+
+typedef struct {
+	const uint8_t *p0, *end;
+	size_t at;        /* offset of the problem */
+	char why[256];
+} Scan;
+
+static int varint(Scan *s, const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+	uint64_t r = 0;
+	const uint8_t *q = *p;
+	for (int i = 0; i < 10; i++) {
+		if (q >= end) {
+			s->at = (size_t)(*p - s->p0);
+			snprintf(s->why, sizeof s->why, "truncated varint");
+			return -1;
+		}
+		r |= (uint64_t)(*q & 0x7f) << (7 * i);
+		if (!(*q++ & 0x80)) {
+			*p = q;
+			*v = r;
+			return 0;
+		}
+	}
+	s->at = (size_t)(*p - s->p0);
+	snprintf(s->why, sizeof s->why, "varint longer than 10 bytes");
+	return -1;
+}
+
+static int wire_of(ProtobufCType t)
+{
+	switch (t) {
+	case PROTOBUF_C_TYPE_SFIXED64:
+	case PROTOBUF_C_TYPE_FIXED64:
+	case PROTOBUF_C_TYPE_DOUBLE:
+		return 1;
+	case PROTOBUF_C_TYPE_SFIXED32:
+	case PROTOBUF_C_TYPE_FIXED32:
+	case PROTOBUF_C_TYPE_FLOAT:
+		return 5;
+	case PROTOBUF_C_TYPE_STRING:
+	case PROTOBUF_C_TYPE_BYTES:
+	case PROTOBUF_C_TYPE_MESSAGE:
+		return 2;
+	default:
+		return 0;
+	}
+}
+
+static int scan(Scan *s, const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end, int depth)
+{
+	if (depth > MAX_DEPTH) {
+		s->at = (size_t)(p - s->p0);
+		snprintf(s->why, sizeof s->why, "messages nested deeper than %d levels", MAX_DEPTH);
+		return -1;
+	}
+	while (p < end) {
+		const uint8_t *tagp = p;
+		uint64_t tag, len;
+		if (varint(s, &p, end, &tag) < 0)
+			return -1;
+		uint64_t num = tag >> 3;
+		int wt = (int)(tag & 7);
+		s->at = (size_t)(tagp - s->p0);
+		if (num == 0 || num > 0x1fffffff) {
+			snprintf(s->why, sizeof s->why, "invalid field number %" PRIu64 " in %s", num, d->name);
+			return -1;
+		}
+		const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(d, (unsigned)num);
+		if (f) {
+			int want = wire_of(f->type);
+			int packed = wt == 2 && f->label == PROTOBUF_C_LABEL_REPEATED && want != 2;
+			if (wt != want && !packed) {
+				snprintf(s->why, sizeof s->why, "field %s.%s has wire type %d, expected %d", d->name, f->name, wt, want);
+				return -1;
+			}
+		}
+		switch (wt) {
+		case 0:
+			if (varint(s, &p, end, &len) < 0)
+				return -1;
+			break;
+		case 1:
+		case 5: {
+			size_t w = wt == 1 ? 8 : 4;
+			if ((size_t)(end - p) < w) {
+				snprintf(s->why, sizeof s->why, "%s field %" PRIu64 " truncated", d->name, num);
+				return -1;
+			}
+			p += w;
+			break;
+		}
+		case 2:
+			if (varint(s, &p, end, &len) < 0)
+				return -1;
+			if (len > (uint64_t)(end - p)) {
+				snprintf(s->why, sizeof s->why, "%s%s%s (field %" PRIu64 ") claims %" PRIu64 " bytes, only %zu remain",
+				         d->name, f ? "." : "", f ? f->name : "", num, len, (size_t)(end - p));
+				return -1;
+			}
+			if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && scan(s, f->descriptor, p, p + len, depth + 1) < 0)
+				return -1;
+			p += len;
+			break;
+		default:
+			snprintf(s->why, sizeof s->why, "wire type %d (%s) in %s", wt,
+			         wt == 3 || wt == 4 ? "groups, unsupported" : "invalid", d->name);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static const char *hint(const uint8_t *p, size_t n)
+{
+	if (n >= 4 && !memcmp(p, "PK\3\4", 4))
+		return "; it is a zip archive (a PyTorch checkpoint?)";
+	if (n > 8 && p[8] == '{' && !memcmp(p + 5, "\0\0\0", 3))
+		return "; it looks like a safetensors file";
+	if (n >= 6 && !memcmp(p, "\x93NUMPY", 6))
+		return "; it is a NumPy .npy file";
+	size_t text = 0, k = n < 256 ? n : 256;
+	for (size_t i = 0; i < k; i++)
+		text += (p[i] >= 0x20 && p[i] < 0x7f) || p[i] == '\n' || p[i] == '\t' || p[i] == '\r';
+	if (text == k)
+		return "; it looks like text";
+	return "";
+}
+
+/* --- external data -------------------------------------------------------- */
+
+static const char *ext_get(const Onnx__TensorProto *t, const char *key)
+{
+	for (size_t i = 0; i < t->n_external_data; i++)
+		if (t->external_data[i]->key && !strcmp(t->external_data[i]->key, key))
+			return t->external_data[i]->value ? t->external_data[i]->value : "";
+	return NULL;
+}
+
+static int is_external(const Onnx__TensorProto *t)
+{
+	return t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+}
+
+/* Decimal, non-negative; absent gives dflt. */
+static int ext_num(const Model *md, const Onnx__TensorProto *t, const char *key, int64_t dflt, int64_t *v, Err *e)
+{
+	const char *s = ext_get(t, key);
+	if (!s) {
+		*v = dflt;
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	long long x = strtoll(s, &end, 10);
+	if (!*s || *end || errno || x < 0 || *s == '-' || *s == '+' || *s == ' ')
+		return errf(e, "%s: tensor '%s': external data %s '%s' is not a non-negative integer; fix the model's external_data entry",
+		            md->path, t->name ? t->name : "", key, s);
+	*v = x;
+	return 0;
+}
+
+static size_t dtype_size(int dt)
+{
+	switch (dt) {
+	case 2: case 3: case 9: case 17: case 18: case 19: case 20: return 1;
+	case 4: case 5: case 10: case 16: return 2;
+	case 1: case 6: case 12: return 4;
+	case 7: case 11: case 13: case 14: return 8;
+	case 15: return 16;
+	default: return 0; /* strings, 4-bit types, future types: not checked */
+	}
+}
+
+/* Validates the location once per distinct string: relative, no "..",
+ * no symlink anywhere below the model's folder, a regular file. */
+static ExtFile *ext_file(Model *md, const Onnx__TensorProto *t, const char *loc, Err *e)
+{
+	ExtFile *x = map_get(&md->ext, loc);
+	if (x)
+		return x;
+	const char *name = t->name ? t->name : "";
+	if (!*loc) {
+		errf(e, "%s: tensor '%s': external data has an empty location; fix the model", md->path, name);
+		return NULL;
+	}
+	if (loc[0] == '/' || loc[0] == '\\' || (loc[0] && loc[1] == ':')) {
+		errf(e, "%s: tensor '%s': external data location '%s' is absolute; locations must be relative to the model's folder (move the file beside the model and store its name)",
+		     md->path, name, loc);
+		return NULL;
+	}
+	char *rel = arena_strdup(md->a, loc);
+	for (char *c = rel; *c;) {
+		size_t n = strcspn(c, "/\\");
+		if (n == 2 && c[0] == '.' && c[1] == '.') {
+			errf(e, "%s: tensor '%s': external data location '%s' has a '..' component; data must sit in the model's folder or below it",
+			     md->path, name, loc);
+			return NULL;
+		}
+		c += n;
+		c += *c != 0;
+	}
+	/* Walk down component by component so a symlinked folder is caught
+	 * too, not only a symlinked file. */
+	char *path = arena_printf(md->a, "%s/%s", md->dir, loc);
+	size_t skip = strlen(md->dir) + 1;
+	struct stat st;
+	for (char *c = path + skip;;) {
+		char *sl = strchr(c, '/');
+		if (sl)
+			*sl = 0;
+		if (lstat(path, &st) < 0) {
+			errf(e, "%s: tensor '%s': external data file '%s' (%s): %s; put it beside the model",
+			     md->path, name, loc, path, strerror(errno));
+			return NULL;
+		}
+		if (S_ISLNK(st.st_mode)) {
+			errf(e, "%s: tensor '%s': external data location '%s' goes through the symlink %s; symlinks are refused, copy the file there instead",
+			     md->path, name, loc, path);
+			return NULL;
+		}
+		if (!sl)
+			break;
+		*sl = '/';
+		c = sl + 1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		errf(e, "%s: tensor '%s': external data location '%s' is not a regular file", md->path, name, loc);
+		return NULL;
+	}
+	x = arena_alloc(md->a, sizeof *x);
+	x->loc = arena_strdup(md->a, loc);
+	x->path = path;
+	x->size = st.st_size;
+	x->dev = st.st_dev;
+	x->ino = st.st_ino;
+	map_put(&md->ext, x->loc, x);
+	return x;
+}
+
+/* Bytes dims x type need; -1 when the type has no fixed size (strings,
+ * 4-bit types, types newer than this table), -2 on invalid dims. */
+static int64_t need_bytes(const Onnx__TensorProto *t)
+{
+	size_t es = t->has_data_type ? dtype_size(t->data_type) : 0;
+	if (!es)
+		return -1;
+	uint64_t n = es;
+	for (size_t i = 0; i < t->n_dims; i++) {
+		if (t->dims[i] < 0 || (t->dims[i] && n > (uint64_t)INT64_MAX / (uint64_t)t->dims[i]))
+			return -2;
+		n *= (uint64_t)t->dims[i];
+	}
+	return (int64_t)n;
+}
+
+/* Offset and length of t's bytes in its file. Without a length key, ONNX
+ * Runtime reads what dims x type need (the onnx Python package reads to
+ * the end of the file); taking the former keeps both readings valid. */
+static int ext_range(Model *md, const Onnx__TensorProto *t, const ExtFile *x, int64_t *off, int64_t *len, Err *e)
+{
+	const char *name = t->name ? t->name : "";
+	int64_t need = need_bytes(t);
+	if (need == -2)
+		return errf(e, "%s: tensor '%s': invalid dims", md->path, name);
+	if (ext_num(md, t, "offset", 0, off, e) < 0)
+		return -1;
+	if (*off > x->size)
+		return errf(e, "%s: tensor '%s': external data offset %" PRId64 " is past the end of '%s' (%lld bytes)",
+		            md->path, name, *off, x->loc, (long long)x->size);
+	if (ext_num(md, t, "length", need >= 0 ? need : x->size - *off, len, e) < 0)
+		return -1;
+	if (*len > x->size - *off)
+		return errf(e, "%s: tensor '%s': external data offset %" PRId64 " + length %" PRId64 " runs past the end of '%s' (%lld bytes); the data file is truncated or not the one this model was saved with",
+		            md->path, name, *off, *len, x->loc, (long long)x->size);
+	if (need >= 0 && need != *len)
+		return errf(e, "%s: tensor '%s': external data in '%s' holds %" PRId64 " bytes but its dims and type need %" PRId64,
+		            md->path, name, x->loc, *len, need);
+	return 0;
+}
+
+/* Checks the location and range once at load: ONNX Runtime would refuse
+ * a bad one later with a vaguer message. */
+static int ext_check(Model *md, const Onnx__TensorProto *t, Err *e)
+{
+	const char *loc = ext_get(t, "location");
+	if (!loc)
+		return errf(e, "%s: tensor '%s': data_location is EXTERNAL but there is no 'location' key; fix the model",
+		            md->path, t->name ? t->name : "");
+	ExtFile *x = ext_file(md, t, loc, e);
+	int64_t off, len;
+	if (!x || ext_range(md, t, x, &off, &len, e) < 0)
+		return -1;
+	md->next++;
+	return 0;
+}
+
+/* Every TensorProto of the model, wherever it hides (attributes, sparse
+ * tensors, subgraphs, functions, training info). */
+typedef int (*TensorFn)(Model *, const Onnx__TensorProto *, Err *);
+
+static int walk_graph(Model *md, const Onnx__GraphProto *g, TensorFn fn, Err *e);
+
+static int walk_sparse(Model *md, const Onnx__SparseTensorProto *s, TensorFn fn, Err *e)
+{
+	if (!s)
+		return 0;
+	if (s->values && fn(md, s->values, e) < 0)
+		return -1;
+	if (s->indices && fn(md, s->indices, e) < 0)
+		return -1;
+	return 0;
+}
+
+static int walk_nodes(Model *md, Onnx__NodeProto **node, size_t n, TensorFn fn, Err *e)
+{
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < node[i]->n_attribute; j++) {
+			const Onnx__AttributeProto *at = node[i]->attribute[j];
+			if (at->t && fn(md, at->t, e) < 0)
+				return -1;
+			for (size_t k = 0; k < at->n_tensors; k++)
+				if (fn(md, at->tensors[k], e) < 0)
+					return -1;
+			if (walk_sparse(md, at->sparse_tensor, fn, e) < 0)
+				return -1;
+			for (size_t k = 0; k < at->n_sparse_tensors; k++)
+				if (walk_sparse(md, at->sparse_tensors[k], fn, e) < 0)
+					return -1;
+			if (at->g && walk_graph(md, at->g, fn, e) < 0)
+				return -1;
+			for (size_t k = 0; k < at->n_graphs; k++)
+				if (walk_graph(md, at->graphs[k], fn, e) < 0)
+					return -1;
+		}
+	return 0;
+}
+
+static int walk_graph(Model *md, const Onnx__GraphProto *g, TensorFn fn, Err *e)
+{
+	for (size_t i = 0; i < g->n_initializer; i++)
+		if (fn(md, g->initializer[i], e) < 0)
+			return -1;
+	for (size_t i = 0; i < g->n_sparse_initializer; i++)
+		if (walk_sparse(md, g->sparse_initializer[i], fn, e) < 0)
+			return -1;
+	return walk_nodes(md, g->node, g->n_node, fn, e);
+}
+
+static int walk_model(Model *md, TensorFn fn, Err *e)
+{
+	const Onnx__ModelProto *m = md->m;
+	if (walk_graph(md, m->graph, fn, e) < 0)
+		return -1;
+	for (size_t i = 0; i < m->n_functions; i++)
+		if (walk_nodes(md, m->functions[i]->node, m->functions[i]->n_node, fn, e) < 0)
+			return -1;
+	for (size_t i = 0; i < m->n_training_info; i++) {
+		const Onnx__TrainingInfoProto *ti = m->training_info[i];
+		if (ti->initialization && walk_graph(md, ti->initialization, fn, e) < 0)
+			return -1;
+		if (ti->algorithm && walk_graph(md, ti->algorithm, fn, e) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int ext_visit(Model *md, const Onnx__TensorProto *t, Err *e)
+{
+	return is_external(t) ? ext_check(md, t, e) : 0;
+}
+
+/* --- load ----------------------------------------------------------------- */
+
+static const char *dir_of(Arena *a, const char *path)
+{
+	const char *sl = strrchr(path, '/');
+	if (!sl)
+		return ".";
+	if (sl == path)
+		return "/";
+	char *d = arena_dup(a, path, (size_t)(sl - path) + 1);
+	d[sl - path] = 0;
+	return d;
+}
+
+int model_load(Model *md, const char *path, Arena *a, Err *e)
+{
+	*md = (Model){ .path = path, .a = a, .dir = dir_of(a, path) };
+	map_init(&md->ext, a, 0);
+	/* O_NONBLOCK: a FIFO must be refused, not waited on. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return errf(e, "%s: cannot open: %s", path, strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return errf(e, "%s: cannot stat: %s", path, strerror(errno));
+	}
+	if (S_ISDIR(st.st_mode)) {
+		close(fd);
+		return errf(e, "%s: is a folder, not an ONNX model", path);
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return errf(e, "%s: not a regular file; save the model to a file first", path);
+	}
+	if (st.st_size == 0) {
+		close(fd);
+		return errf(e, "%s: empty file, not an ONNX model", path);
+	}
+	size_t n = (size_t)st.st_size;
+	const uint8_t *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+	int merr = errno;
+	close(fd);
+	if (p == MAP_FAILED)
+		return errf(e, "%s: cannot map: %s", path, strerror(merr));
+	madvise((void *)p, n, MADV_SEQUENTIAL);
+	Scan s = { .p0 = p, .end = p + n };
+	if (scan(&s, &onnx__model_proto__descriptor, p, p + n, 0) < 0) {
+		errf(e, "%s: not an ONNX model (protobuf parse failed at byte %zu of %zu: %s%s)", path, s.at, n, s.why, hint(p, n));
+		munmap((void *)p, n);
+		return -1;
+	}
+	ProtobufCAllocator pa = arena_pb(a);
+	/* protobuf-c copies bytes and strings into the arena, so the mapping
+	 * goes right after: peak memory stays about one model. */
+	md->m = onnx__model_proto__unpack(&pa, n, p);
+	munmap((void *)p, n);
+	if (!md->m)
+		return errf(e, "%s: not an ONNX model (protobuf-c rejected it although its wire format is well formed)", path);
+	if (!md->m->graph)
+		return errf(e, "%s: not an ONNX model (no graph, field 7 of ModelProto)%s", path,
+		            md->m->has_ir_version ? "" : "; it has no ir_version either");
+	md->size = n;
+	return walk_model(md, ext_visit, e);
+}
+
+void model_close(Model *md)
+{
+	for (size_t i = 0; i < md->ext.cap; i++) {
+		ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		if (x && x->mapped && x->len)
+			munmap((void *)x->base, x->len);
+		if (x)
+			x->mapped = 0;
+	}
+}
+
+int model_tensor_data(Model *md, const Onnx__TensorProto *t, const void **p, size_t *n, Err *e)
+{
+	const char *name = t->name ? t->name : "";
+	if (!is_external(t)) {
+		if (t->has_raw_data) {
+			*p = t->raw_data.data;
+			*n = t->raw_data.len;
+			return 0;
+		}
+		if (!t->n_float_data && !t->n_int32_data && !t->n_string_data && !t->n_int64_data &&
+		    !t->n_double_data && !t->n_uint64_data) {
+			*p = "";
+			*n = 0;
+			return 0;
+		}
+		return errf(e, "%s: tensor '%s' keeps its values in typed fields, not raw_data", md->path, name);
+	}
+	const char *loc = ext_get(t, "location");
+	ExtFile *x = loc ? map_get(&md->ext, loc) : NULL;
+	if (!x) /* a tensor a pass made EXTERNAL after load: validate it now */
+		if (ext_check(md, t, e) < 0 || !(x = map_get(&md->ext, loc)))
+			return -1;
+	if (!x->mapped) {
+		int fd = open(x->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		struct stat st;
+		if (fd < 0)
+			return errf(e, "%s: tensor '%s': cannot open external data '%s': %s", md->path, name, x->loc, strerror(errno));
+		if (fstat(fd, &st) < 0 || st.st_dev != x->dev || st.st_ino != x->ino || st.st_size != x->size) {
+			close(fd);
+			return errf(e, "%s: tensor '%s': external data '%s' changed since the model was loaded", md->path, name, x->loc);
+		}
+		x->len = (size_t)st.st_size;
+		x->base = (const unsigned char *)"";
+		if (x->len) {
+			void *b = mmap(NULL, x->len, PROT_READ, MAP_PRIVATE, fd, 0);
+			if (b == MAP_FAILED) {
+				int err = errno;
+				close(fd);
+				return errf(e, "%s: tensor '%s': cannot map external data '%s': %s", md->path, name, x->loc, strerror(err));
+			}
+			x->base = b;
+		}
+		close(fd);
+		x->mapped = 1;
+	}
+	int64_t off, len;
+	if (ext_range(md, t, x, &off, &len, e) < 0)
+		return -1;
+	*p = x->base + off;
+	*n = (size_t)len;
+	return 0;
+}
+
+/* --- save ----------------------------------------------------------------- */
+
+typedef struct {
+	ProtobufCBuffer base;
+	AFile *f;
+} Sink;
+
+static void sink_append(ProtobufCBuffer *b, size_t n, const uint8_t *p)
+{
+	afile_write(((Sink *)b)->f, p, n);
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* A copy counts as the data only if every byte agrees: a stale copy would
+ * silently change the model's weights. */
+static int same_bytes(const char *p1, const char *p2)
+{
+	int ok = 0, f1 = open(p1, O_RDONLY | O_CLOEXEC), f2 = open(p2, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat s1, s2;
+	if (f1 >= 0 && f2 >= 0 && !fstat(f1, &s1) && !fstat(f2, &s2) && S_ISREG(s2.st_mode) && s1.st_size == s2.st_size) {
+		size_t n = (size_t)s1.st_size;
+		if (!n) {
+			ok = 1;
+		} else {
+			void *a = mmap(NULL, n, PROT_READ, MAP_PRIVATE, f1, 0);
+			void *b = mmap(NULL, n, PROT_READ, MAP_PRIVATE, f2, 0);
+			ok = a != MAP_FAILED && b != MAP_FAILED && !memcmp(a, b, n);
+			if (a != MAP_FAILED)
+				munmap(a, n);
+			if (b != MAP_FAILED)
+				munmap(b, n);
+		}
+	}
+	if (f1 >= 0)
+		close(f1);
+	if (f2 >= 0)
+		close(f2);
+	return ok;
+}
+
+/* Untouched external tensors keep their relative location, so from the
+ * output's folder each location must name the same bytes. */
+static int ext_portable(const Model *md, const char *out, Err *e)
+{
+	char *od = strdup(out);
+	if (!od)
+		return errf(e, "%s: out of memory", out);
+	char *sl = strrchr(od, '/');
+	if (!sl)
+		strcpy(od, ".");
+	else if (sl == od)
+		sl[1] = 0;
+	else
+		*sl = 0;
+	struct stat si, so;
+	int rc = 0;
+	if (stat(md->dir, &si) == 0 && stat(od, &so) == 0 && same_file(&si, &so)) {
+		free(od);
+		return 0;
+	}
+	for (size_t i = 0; i < md->ext.cap && !rc; i++) {
+		const ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		if (!x)
+			continue;
+		size_t len = strlen(od) + strlen(x->loc) + 2;
+		char *p = malloc(len);
+		if (!p) {
+			rc = errf(e, "%s: out of memory", out);
+			break;
+		}
+		snprintf(p, len, "%s/%s", od, x->loc);
+		struct stat st;
+		if (lstat(p, &st) < 0)
+			rc = errf(e, "%s: the model keeps tensor data in '%s' beside the input, and %s does not exist; write the output into %s, or copy %s to %s first",
+			          out, x->loc, p, md->dir, x->path, p);
+		else if (S_ISLNK(st.st_mode))
+			rc = errf(e, "%s: %s is a symlink, which loading the output would refuse; copy the data file there instead", out, p);
+		else if (!(st.st_dev == x->dev && st.st_ino == x->ino) && !same_bytes(x->path, p))
+			rc = errf(e, "%s: %s differs from the input's external data %s; write the output into %s, or replace %s with a copy",
+			          out, p, x->path, md->dir, p);
+		free(p);
+	}
+	free(od);
+	return rc;
+}
+
+int model_save(const Model *md, const char *out, int flags, Err *e)
+{
+	size_t n = protobuf_c_message_get_packed_size(&md->m->base);
+	if (n > INT32_MAX)
+		return errf(e, "%s: the model packs to %zu bytes, which exceeds the 2 GiB protobuf limit; use --external-data FILE",
+		            out, n);
+	int tostdout = !strcmp(out, "-");
+	if (tostdout) {
+		if (isatty(STDOUT_FILENO))
+			return errf(e, "-: standard output is a terminal; redirect it to a file or a pipe");
+	} else {
+		struct stat so, si;
+		if (stat(out, &so) == 0) {
+			if (stat(md->path, &si) == 0 && same_file(&so, &si) && !(flags & SAVE_IN_PLACE))
+				return errf(e, "%s: is the input model; pass --in-place to replace it, or choose another -o", out);
+			for (size_t i = 0; i < md->ext.cap; i++) {
+				const ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+				if (x && so.st_dev == x->dev && so.st_ino == x->ino)
+					return errf(e, "%s: is the model's external data file '%s'; choose another -o", out, x->loc);
+			}
+		}
+		if (md->ext.len && ext_portable(md, out, e) < 0)
+			return -1;
+	}
+	AFile f;
+	if (afile_open(&f, out, 0666, e) < 0)
+		return -1;
+	Sink s = { .base.append = sink_append, .f = &f };
+	protobuf_c_message_pack_to_buffer(&md->m->base, &s.base);
+	if (!f.err && f.written != n) {
+		afile_abort(&f);
+		return errf(e, "%s: packed %llu bytes, expected %zu; nothing written", out, f.written, n);
+	}
+	return afile_commit(&f, e);
+}

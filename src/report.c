@@ -1,0 +1,159 @@
+#include "report.h"
+
+#include <math.h>
+#include <stdint.h>
+
+static void ids(FILE *f, const int *v, int n)
+{
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%s%d", i ? "," : "", v[i]);
+}
+
+static int has(const int *v, int n, int x)
+{
+	for (int i = 0; i < n; i++)
+		if (v[i] == x)
+			return 1;
+	return 0;
+}
+
+void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int verbose)
+{
+	for (size_t i = 0; i < r->nlayer; i++) {
+		const LayerReport *l = &r->layer[i];
+		fprintf(f, "%s: %s:", name, l->scope ? l->scope : "?");
+		if (l->experts)
+			fprintf(f, " %d experts", l->experts);
+		if (l->top_k)
+			fprintf(f, "%s top-%d", l->experts ? "," : "", l->top_k);
+		fprintf(f, "%s present ", l->experts || l->top_k ? ";" : "");
+		if (l->npresent)
+			ids(f, l->present, l->npresent);
+		else
+			fputs("none", f);
+		if (mode == RUN_REPAIR) {
+			fputs(", re-inserted ", f);
+			if (l->ninserted)
+				ids(f, l->inserted, l->ninserted);
+			else
+				fputs("none", f);
+			fprintf(f, "; If removed %d; Conv %d -> %d", l->repaired ? l->ifs : 0, l->convs_before, l->convs_after);
+		} else {
+			if (l->experts > l->npresent) {
+				/* What --check promises to say: which experts are gone. */
+				fputs(", missing ", f);
+				for (int x = 0, first = 1; x < l->experts; x++)
+					if (!has(l->present, l->npresent, x)) {
+						fprintf(f, "%s%d", first ? "" : ",", x);
+						first = 0;
+					}
+			}
+			fprintf(f, "; If gating experts %d; Conv %d", l->ifs, l->convs_before);
+		}
+		if (verbose) {
+			fprintf(f, "; nodes %d", l->nodes_before);
+			if (mode == RUN_REPAIR)
+				fprintf(f, " -> %d; mapping max diff %.3g", l->nodes_after, l->map_maxdiff);
+		}
+		fputc('\n', f);
+	}
+	if (r->ifs_folded)
+		fprintf(f, "%s: shape-guard If %s outside MoE layers: %d\n", name,
+		        mode == RUN_REPAIR ? "folded" : "to fold", r->ifs_folded);
+}
+
+static void ints(FILE *f, const int *v, int n)
+{
+	fputc('[', f);
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%s%d", i ? ", " : "", v[i]);
+	fputc(']', f);
+}
+
+static void num(FILE *f, double x)
+{
+	if (isfinite(x))
+		fprintf(f, "%.9g", x);
+	else
+		fputs("null", f); /* JSON has no NaN */
+}
+
+void report_json(FILE *f, const Report *r)
+{
+	fprintf(f, "\"damaged\": %s, \"changed\": %s, \"ifs_folded\": %d, \"layers\": [",
+	        r->damaged ? "true" : "false", r->changed ? "true" : "false", r->ifs_folded);
+	for (size_t i = 0; i < r->nlayer; i++) {
+		const LayerReport *l = &r->layer[i];
+		fputs(i ? ",\n    {" : "\n    {", f);
+		fputs("\"scope\": ", f);
+		json_str(f, l->scope);
+		fprintf(f, ", \"experts\": %d, \"top_k\": %d, \"present\": ", l->experts, l->top_k);
+		ints(f, l->present, l->npresent);
+		fputs(", \"inserted\": ", f);
+		ints(f, l->inserted, l->ninserted);
+		fprintf(f, ", \"ifs\": %d, \"nodes_before\": %d, \"nodes_after\": %d, \"convs_before\": %d, \"convs_after\": %d, \"map_maxdiff\": ",
+		        l->ifs, l->nodes_before, l->nodes_after, l->convs_before, l->convs_after);
+		num(f, l->map_maxdiff);
+		fprintf(f, ", \"repaired\": %s}", l->repaired ? "true" : "false");
+	}
+	fputs(r->nlayer ? "\n  ]" : "]", f);
+}
+
+/* Length of the valid UTF-8 sequence at p, 0 when invalid (overlongs,
+ * surrogates and code points past U+10FFFF included). */
+static int utf8_len(const unsigned char *p)
+{
+	unsigned c = p[0];
+	int n;
+	uint32_t cp;
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2, cp = c & 0x1f;
+	else if (c >= 0xe0 && c <= 0xef)
+		n = 3, cp = c & 0x0f;
+	else if (c >= 0xf0 && c <= 0xf4)
+		n = 4, cp = c & 0x07;
+	else
+		return 0;
+	for (int i = 1; i < n; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (p[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+void json_str(FILE *f, const char *s)
+{
+	if (!s) {
+		fputs("null", f);
+		return;
+	}
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		int n = utf8_len(p);
+		if (!n) {
+			fputs("\\ufffd", f);
+			p++;
+			continue;
+		}
+		unsigned c = *p;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", f);
+		else if (c == '\t')
+			fputs("\\t", f);
+		else if (c == '\r')
+			fputs("\\r", f);
+		else if (c < 0x20 || c == 0x7f)
+			fprintf(f, "\\u%04x", c);
+		else
+			fwrite(p, 1, (size_t)n, f);
+		p += n;
+	}
+	fputc('"', f);
+}

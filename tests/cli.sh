@@ -1,0 +1,52 @@
+#!/bin/sh
+# The command-line contract: help, version, usage errors, diagnosis mode
+# writing nothing, --report JSON.
+. "$top_srcdir/tests/lib.sh"
+
+"$BIN" --help >"$T/out" 2>"$T/err" && grep -q '^usage: onnx-moe-repair' "$T/out" && [ ! -s "$T/err" ] &&
+	ok "--help exits 0 with usage on stdout" || fail "--help"
+"$BIN" --version >"$T/out" && grep -Eq '^onnx-moe-repair [0-9]+\.[0-9]+' "$T/out" &&
+	ok "--version" || fail "--version"
+
+mkmodel "$T/m.onnx" 64
+for args in "" "--bogus $T/m.onnx" "-o" "$T/m.onnx -z" "--check -o x $T/m.onnx" \
+	"-o $T/x.onnx $T/m.onnx" "--in-place $T/m.onnx" "--passthrough --in-place -o x $T/m.onnx" \
+	"--passthrough -o $T/x.onnx $T/m.onnx $T/m.onnx" "-"; do
+	# shellcheck disable=SC2086
+	expect 2 "usage error [$args]" -- "$BIN" $args && one_line_err "[$args]"
+done
+mkdir "$T/d1" "$T/d2"; cp "$T/m.onnx" "$T/d1/"; cp "$T/m.onnx" "$T/d2/"
+expect 2 "two inputs with the same name into one -o DIR" -- "$BIN" --passthrough -o "$T" "$T/d1/m.onnx" "$T/d2/m.onnx"
+one_line_err "same-name inputs"
+
+# Without --experts: a diagnosis; whatever it finds, nothing is written.
+before=$(ls "$T" | wc -l)
+"$BIN" "$T/m.onnx" 2>"$T/err"
+rc=$?
+{ [ "$rc" -eq 0 ] || [ "$rc" -eq 1 ]; } && [ "$(ls "$T" | wc -l)" -eq "$before" ] &&
+	ok "diagnosis exits 0/1 and writes nothing" || fail "diagnosis: rc $rc, $(cat "$T/err")"
+"$BIN" --check "$T/m.onnx" 2>"$T/err"
+rc=$?
+{ [ "$rc" -eq 0 ] || [ "$rc" -eq 1 ]; } && [ "$(ls "$T" | wc -l)" -eq "$before" ] &&
+	ok "--check exits 0/1 and writes nothing" || fail "--check: rc $rc"
+expect 0 "-q silences the summary" -- "$BIN" -q --passthrough "$T/m.onnx" -o "$T/q.onnx"
+[ ! -s "$T/err" ] || fail "-q printed: $(cat "$T/err")"
+
+# --report: valid JSON, names escaped, errors included.
+weird="$T/we\"ird\\na	me.onnx"
+cp "$T/m.onnx" "$weird"
+: >"$T/empty.onnx"
+expect 2 "--report with one good and one bad input" -- \
+	"$BIN" --passthrough --report "$T/r.json" -o "$T/d1" "$weird" "$T/empty.onnx"
+[ -s "$T/r.json" ] || fail "no report written"
+json_ok() {
+	if [ -x /usr/bin/python3 ]; then
+		/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$2"
+	else
+		echo "skip: JSON check needs /usr/bin/python3" >&2; return 0
+	fi
+}
+json_ok "$T/r.json" 'd["exit_status"]==2 and len(d["models"])==2 and d["models"][0]["input"].endswith("\"ird\\na\tme.onnx") and d["models"][0]["status"]=="written" and d["models"][1]["status"]=="error" and "empty file" in d["models"][1]["error"]' &&
+	ok "report JSON parses, escapes names, records the error" || fail "report JSON: $(cat "$T/r.json")"
+ls -a "$T" | grep -q '^\.r\.json\.' && fail "report temp left behind"
+finish

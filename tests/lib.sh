@@ -1,0 +1,80 @@
+# Sourced by the integration tests (run by `make check`, which exports
+# top_srcdir and top_builddir). POSIX sh: the tests run under dash too.
+set -u
+: "${top_builddir:?run through make check}"
+: "${top_srcdir:?run through make check}"
+BIN=$top_builddir/onnx-moe-repair
+T=$(mktemp -d "${TMPDIR:-/tmp}/moe-test.XXXXXX") || exit 99
+trap 'chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT
+NFAIL=0
+
+fail() { echo "FAIL: $*" >&2; NFAIL=$((NFAIL + 1)); }
+ok() { echo "ok: $*"; }
+finish() { [ "$NFAIL" -eq 0 ] || { echo "$NFAIL failure(s)" >&2; exit 1; }; exit 0; }
+
+# expect STATUS DESCRIPTION -- CMD...: runs CMD, stderr to $T/err.
+expect() {
+	want=$1 what=$2
+	shift 3
+	"$@" 2>"$T/err"
+	got=$?
+	if [ "$got" -ne "$want" ]; then
+		fail "$what: exit $got, want $want; stderr: $(cat "$T/err")"
+		return 1
+	fi
+	ok "$what"
+}
+
+# One line on stderr, "onnx-moe-repair: ...".
+one_line_err() {
+	n=$(wc -l <"$T/err")
+	if [ "$n" -ne 1 ] || ! grep -q '^onnx-moe-repair: ' "$T/err"; then
+		fail "$1: want one 'onnx-moe-repair: ' line on stderr, got $n: $(cat "$T/err")"
+		return 1
+	fi
+}
+
+sum() { cksum <"$1"; }
+
+# --- tiny protobuf writer, enough for synthetic ONNX models -------------
+byte() { printf "\\$(printf %03o "$1")"; }
+varint() {
+	v=$1
+	while [ "$v" -ge 128 ]; do byte $(((v & 127) | 128)); v=$((v >> 7)); done
+	byte "$v"
+}
+# field_bytes TAG FILE: a length-delimited field whose payload is FILE.
+field_bytes() { byte "$1"; varint "$(wc -c <"$2" | tr -d ' ')"; cat "$2"; }
+field_str() { byte "$1"; varint "${#2}"; printf %s "$2"; }
+kv() { # StringStringEntryProto key/value, as a field of tag 0x6a
+	{ field_str 0x0a "$1"; field_str 0x12 "$2"; } >"$T/.kv"
+	field_bytes 0x6a "$T/.kv"
+}
+
+# mkmodel OUT NBYTES [LOCATION [OFFSET [LENGTH]]]: a ModelProto whose graph
+# holds one uint8 initializer 'w' of NBYTES, embedded (raw_data) or in the
+# external file LOCATION. Fields in number order, as protobuf-c writes
+# them, so a lossless round trip is byte-identical.
+mkmodel() {
+	out=$1 n=$2
+	{
+		byte 0x08; varint "$n"          # dims
+		byte 0x10; byte 2               # data_type UINT8
+		field_str 0x42 w                # name
+		if [ $# -ge 3 ]; then
+			kv location "$3"
+			[ $# -ge 4 ] && kv offset "$4"
+			[ $# -ge 5 ] && kv length "$5"
+			byte 0x70; byte 1       # data_location EXTERNAL
+		else
+			byte 0x4a; varint "$n"; head -c "$n" /dev/zero | tr '\0' '\1'
+		fi
+	} >"$T/.tensor"
+	{ field_str 0x12 g; field_bytes 0x2a "$T/.tensor"; } >"$T/.graph"
+	{ byte 0x10; byte 18; } >"$T/.opset"
+	{
+		byte 0x08; byte 8               # ir_version 8
+		field_bytes 0x3a "$T/.graph"
+		field_bytes 0x42 "$T/.opset"
+	} >"$out"
+}

@@ -1,0 +1,251 @@
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "afile.h"
+#include "model.h"
+#include "report.h"
+
+static char dir[] = "/tmp/check_model.XXXXXX";
+
+static char *at(Arena *a, const char *name)
+{
+	return arena_printf(a, "%s/%s", dir, name);
+}
+
+static void put(const char *path, const void *p, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(p, 1, n, f), n);
+	fclose(f);
+}
+
+static unsigned char *get(Arena *a, const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	ck_assert_ptr_nonnull(f);
+	fseek(f, 0, SEEK_END);
+	*n = (size_t)ftell(f);
+	rewind(f);
+	unsigned char *p = arena_alloc(a, *n + 1);
+	ck_assert_uint_eq(fread(p, 1, *n, f), *n);
+	fclose(f);
+	return p;
+}
+
+/* A model with one initializer, embedded or external, packed by protobuf-c. */
+static size_t mkmodel(Arena *a, const char *path, const char *loc, const char *off, uint8_t **bytes)
+{
+	static uint8_t raw[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 };
+	static int64_t dims[1] = { 16 };
+	Onnx__TensorProto t = ONNX__TENSOR_PROTO__INIT;
+	t.n_dims = 1, t.dims = dims, t.has_data_type = 1, t.data_type = 2, t.name = "w";
+	Onnx__StringStringEntryProto kl = ONNX__STRING_STRING_ENTRY_PROTO__INIT, ko = kl;
+	Onnx__StringStringEntryProto *kv[2] = { &kl, &ko };
+	if (loc) {
+		kl.key = "location", kl.value = (char *)loc;
+		ko.key = "offset", ko.value = (char *)off;
+		t.n_external_data = 2, t.external_data = kv;
+		t.has_data_location = 1, t.data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+	} else {
+		t.has_raw_data = 1, t.raw_data.len = 16, t.raw_data.data = raw;
+	}
+	Onnx__TensorProto *tp = &t;
+	Onnx__GraphProto g = ONNX__GRAPH_PROTO__INIT;
+	g.name = "g", g.n_initializer = 1, g.initializer = &tp;
+	Onnx__ModelProto m = ONNX__MODEL_PROTO__INIT;
+	m.has_ir_version = 1, m.ir_version = 8, m.graph = &g;
+	size_t n = onnx__model_proto__get_packed_size(&m);
+	uint8_t *buf = arena_alloc(a, n + 8);
+	onnx__model_proto__pack(&m, buf);
+	put(path, buf, n);
+	if (bytes)
+		*bytes = buf;
+	return n;
+}
+
+START_TEST(roundtrip_keeps_unknown_fields)
+{
+	Arena *a = arena_new();
+	uint8_t *b;
+	size_t n = mkmodel(a, at(a, "in.onnx"), NULL, NULL, &b);
+	/* Field 99 (varint) and field 100 (bytes): unknown to onnx.proto. */
+	static const uint8_t unk[] = { 0x98, 0x06, 0x2a, 0xa2, 0x06, 3, 'x', 'y', 'z' };
+	memcpy(b + n, unk, sizeof unk);
+	put(at(a, "in.onnx"), b, n + sizeof unk);
+	Model md;
+	Err e;
+	ck_assert_int_eq(model_load(&md, at(a, "in.onnx"), a, &e), 0);
+	ck_assert_str_eq(md.m->graph->initializer[0]->name, "w");
+	ck_assert_int_eq(model_save(&md, at(a, "out.onnx"), 0, &e), 0);
+	size_t m;
+	uint8_t *o = get(a, at(a, "out.onnx"), &m);
+	ck_assert_uint_eq(m, n + sizeof unk);
+	ck_assert_mem_eq(o, b, m);
+	/* Saving over the input needs SAVE_IN_PLACE. */
+	ck_assert_int_eq(model_save(&md, at(a, "in.onnx"), 0, &e), -1);
+	ck_assert_ptr_nonnull(strstr(e.msg, "--in-place"));
+	ck_assert_int_eq(model_save(&md, at(a, "in.onnx"), SAVE_IN_PLACE, &e), 0);
+	model_close(&md);
+	unlink(at(a, "in.onnx"));
+	unlink(at(a, "out.onnx"));
+	arena_free(a);
+}
+END_TEST
+
+START_TEST(tensor_data_embedded_and_external)
+{
+	Arena *a = arena_new();
+	unsigned char data[40];
+	for (int i = 0; i < 40; i++)
+		data[i] = (unsigned char)(100 + i);
+	put(at(a, "w.bin"), data, sizeof data);
+	mkmodel(a, at(a, "ext.onnx"), "w.bin", "8", NULL);
+	mkmodel(a, at(a, "emb.onnx"), NULL, NULL, NULL);
+	Model md, me;
+	Err e;
+	const void *p;
+	size_t n;
+	ck_assert_int_eq(model_load(&md, at(a, "ext.onnx"), a, &e), 0);
+	ck_assert_int_eq(md.next, 1);
+	ck_assert_int_eq(model_tensor_data(&md, md.m->graph->initializer[0], &p, &n, &e), 0);
+	ck_assert_uint_eq(n, 16);
+	ck_assert_mem_eq(p, data + 8, 16);
+	model_close(&md);
+	ck_assert_int_eq(model_load(&me, at(a, "emb.onnx"), a, &e), 0);
+	ck_assert_int_eq(me.next, 0);
+	ck_assert_int_eq(model_tensor_data(&me, me.m->graph->initializer[0], &p, &n, &e), 0);
+	ck_assert_uint_eq(n, 16);
+	ck_assert_int_eq(((const unsigned char *)p)[15], 16);
+	model_close(&me);
+	/* 8 + 16 > 20 bytes: refused at load. */
+	put(at(a, "w.bin"), data, 20);
+	ck_assert_int_eq(model_load(&md, at(a, "ext.onnx"), a, &e), -1);
+	ck_assert_ptr_nonnull(strstr(e.msg, "runs past the end"));
+	unlink(at(a, "w.bin"));
+	unlink(at(a, "ext.onnx"));
+	unlink(at(a, "emb.onnx"));
+	arena_free(a);
+}
+END_TEST
+
+START_TEST(refuses_over_2gib)
+{
+	/* The size is known before a byte is written: a tensor claiming 2 GiB
+	 * (its data never touched) is refused with the way out. */
+	Arena *a = arena_new();
+	mkmodel(a, at(a, "small.onnx"), NULL, NULL, NULL);
+	Model md;
+	Err e;
+	ck_assert_int_eq(model_load(&md, at(a, "small.onnx"), a, &e), 0);
+	md.m->graph->initializer[0]->raw_data.len = (size_t)1 << 31;
+	ck_assert_int_eq(model_save(&md, at(a, "huge.onnx"), 0, &e), -1);
+	ck_assert_ptr_nonnull(strstr(e.msg, "exceeds the 2 GiB protobuf limit; use --external-data FILE"));
+	ck_assert_int_eq(access(at(a, "huge.onnx"), F_OK), -1);
+	unlink(at(a, "small.onnx"));
+	arena_free(a);
+}
+END_TEST
+
+START_TEST(afile_abort_and_mode)
+{
+	Arena *a = arena_new();
+	AFile f;
+	Err e;
+	put(at(a, "t.txt"), "old", 3);
+	chmod(at(a, "t.txt"), 0604);
+	ck_assert_int_eq(afile_open(&f, at(a, "t.txt"), 0666, &e), 0);
+	afile_write(&f, "new!", 4);
+	afile_abort(&f);
+	size_t n;
+	ck_assert_mem_eq(get(a, at(a, "t.txt"), &n), "old", 3);
+	ck_assert_int_eq(afile_open(&f, at(a, "t.txt"), 0666, &e), 0);
+	/* Bigger than the buffer: goes straight to the file. */
+	size_t big = AFILE_BUF + 123;
+	char *p = arena_alloc(a, big);
+	memset(p, 'x', big);
+	afile_write(&f, "new!", 4);
+	afile_write(&f, p, big);
+	ck_assert_int_eq(afile_commit(&f, &e), 0);
+	unsigned char *q = get(a, at(a, "t.txt"), &n);
+	ck_assert_uint_eq(n, big + 4);
+	ck_assert_mem_eq(q, "new!xxx", 7);
+	struct stat st;
+	ck_assert_int_eq(stat(at(a, "t.txt"), &st), 0);
+	ck_assert_int_eq(st.st_mode & 0777, 0604);
+	unlink(at(a, "t.txt"));
+	ck_assert_int_eq(afile_open(&f, dir, 0666, &e), -1); /* a folder */
+	arena_free(a);
+}
+END_TEST
+
+static char *json(const char *s)
+{
+	static char buf[256];
+	FILE *f = fmemopen(buf, sizeof buf, "w");
+	json_str(f, s);
+	fclose(f);
+	return buf;
+}
+
+START_TEST(json_escapes)
+{
+	ck_assert_str_eq(json("a\"b\\c"), "\"a\\\"b\\\\c\"");
+	ck_assert_str_eq(json("t\tn\n\x01"), "\"t\\tn\\n\\u0001\"");
+	ck_assert_str_eq(json("caf\xc3\xa9"), "\"caf\xc3\xa9\"");
+	ck_assert_str_eq(json("bad\xff\xc3"), "\"bad\\ufffd\\ufffd\"");
+	ck_assert_str_eq(json("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\""); /* surrogate */
+	ck_assert_str_eq(json(NULL), "null");
+}
+END_TEST
+
+START_TEST(report_json_shape)
+{
+	int present[] = { 0, 1 }, inserted[] = { 2, 3 };
+	LayerReport l = { .scope = "model.2", .experts = 4, .top_k = 2, .present = present, .npresent = 2,
+	                  .inserted = inserted, .ninserted = 2, .convs_before = 7, .convs_after = 11,
+	                  .map_maxdiff = 0.0 / 0.0, .repaired = 1 };
+	Report r = { .layer = &l, .nlayer = 1, .damaged = 1, .changed = 1 };
+	char buf[1024];
+	FILE *f = fmemopen(buf, sizeof buf, "w");
+	report_json(f, &r);
+	fclose(f);
+	ck_assert_ptr_nonnull(strstr(buf, "\"present\": [0, 1], \"inserted\": [2, 3]"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"map_maxdiff\": null")); /* NaN is not JSON */
+	ck_assert_ptr_nonnull(strstr(buf, "\"damaged\": true"));
+	f = fmemopen(buf, sizeof buf, "w");
+	report_print(f, "m.onnx", &r, RUN_REPAIR, 0);
+	fclose(f);
+	ck_assert_str_eq(buf, "m.onnx: model.2: 4 experts, top-2; present 0,1, re-inserted 2,3; If removed 0; Conv 7 -> 11\n");
+	f = fmemopen(buf, sizeof buf, "w");
+	report_print(f, "m.onnx", &r, RUN_CHECK, 0);
+	fclose(f);
+	ck_assert_str_eq(buf, "m.onnx: model.2: 4 experts, top-2; present 0,1, missing 2,3; If gating experts 0; Conv 7\n");
+}
+END_TEST
+
+int main(void)
+{
+	if (!mkdtemp(dir))
+		return 99;
+	Suite *s = suite_create("model");
+	TCase *tc = tcase_create("model");
+	tcase_add_test(tc, roundtrip_keeps_unknown_fields);
+	tcase_add_test(tc, tensor_data_embedded_and_external);
+	tcase_add_test(tc, refuses_over_2gib);
+	tcase_add_test(tc, afile_abort_and_mode);
+	tcase_add_test(tc, json_escapes);
+	tcase_add_test(tc, report_json_shape);
+	suite_add_tcase(s, tc);
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int nf = srunner_ntests_failed(r);
+	srunner_free(r);
+	rmdir(dir);
+	return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}
