@@ -265,40 +265,40 @@ static Node **topks_in(Ctx *c, const char *scope, size_t *n)
 	return nv.v;
 }
 
-/* Backward set of values feeding `name`, bounded. */
-static void ancestors(Ctx *c, const char *name, Map *out, int depth)
+/* Backward set of values feeding `name` as seen from graph g, bounded. */
+static void ancestors(const Graph *g, const char *name, Map *out, int depth)
 {
 	if (depth > 64 || !*name || map_get(out, name))
 		return;
 	map_put(out, name, (void *)1);
-	Val *v = g_val(c->g, name);
+	Val *v = g_val(g, name);
 	if (!v || !v->def)
 		return;
 	for (size_t i = 0; i < v->def->n_input; i++)
-		ancestors(c, v->def->input[i], out, depth + 1);
+		ancestors(v->g, v->def->input[i], out, depth + 1);
 	/* An If reads outer values from its bodies. */
-	for (size_t k = 0; k < c->g->nsub; k++)
-		if (c->g->sub[k]->owner == v->def)
-			for (size_t i = 0; i < c->g->sub[k]->nouter; i++)
-				ancestors(c, c->g->sub[k]->outer[i], out, depth + 1);
+	for (size_t k = 0; k < v->g->nsub; k++)
+		if (v->g->sub[k]->owner == v->def)
+			for (size_t i = 0; i < v->g->sub[k]->nouter; i++)
+				ancestors(v->g, v->g->sub[k]->outer[i], out, depth + 1);
 }
 
-static int derives_from(Ctx *c, const char *name, const char *root)
+static int derives_from(Ctx *c, const Graph *g, const char *name, const char *root)
 {
 	Map anc;
 	map_init(&anc, c->a, 64);
-	ancestors(c, name, &anc, 0);
+	ancestors(g, name, &anc, 0);
 	return map_get(&anc, root) != NULL;
 }
 
 /* The [B,k] weights the dispatch multiplies expert outputs by: the latest
  * value reached from the TopK values (or a gather of the probabilities by
  * the TopK indices) through elementwise ops, which the dispatch reads. */
-static const char *find_weights(Ctx *c, Layer *L, const char *wop)
+static const char *find_weights(Ctx *c, Layer *L, const Graph *g, const char *wop)
 {
 	Map anc;
 	map_init(&anc, c->a, 128);
-	ancestors(c, wop, &anc, 0);
+	ancestors(g, wop, &anc, 0);
 	const char *best = NULL;
 	size_t bestpos = 0;
 	Map closure;
@@ -323,7 +323,7 @@ static const char *find_weights(Ctx *c, Layer *L, const char *wop)
 		}
 		if (inc && is_elementwise(n)) {
 			for (size_t j = 0; j < n->n_input; j++)
-				if (!map_get(&closure, n->input[j]) && derives_from(c, n->input[j], L->indices))
+				if (!map_get(&closure, n->input[j]) && derives_from(c, c->g, n->input[j], L->indices))
 					bad = 1;
 			if (!bad)
 				map_put(&closure, n->output[0], (void *)1);
@@ -450,7 +450,9 @@ static int find_combined(Ctx *c, Layer *L, Err *e)
 	int nfound = 0;
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
-		if (!pmap_get(&acc, n) || !bits_full(L, map_get(&dep, n->output[0])))
+		/* Later layers' sums carry this layer's experts too: stay in scope. */
+		if (!pmap_get(&acc, n) || !bits_full(L, map_get(&dep, n->output[0])) ||
+		    !n->name || !path_match(n->name, L->scope))
 			continue;
 		Val *v = g_val(c->g, n->output[0]);
 		int last = 1;
@@ -552,7 +554,7 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 		const char *full = x->in;
 		Val *v = g_val(x->g, x->in);
 		if (v && v->def && g_is(v->def, "Gather") && g_attr_i(v->def, "axis", 0) == 0 &&
-		    derives_from(c, v->def->input[1], L->indices)) {
+		    derives_from(c, x->g, v->def->input[1], L->indices)) {
 			full = v->def->input[0];
 			L->sparse = 1;
 		}
@@ -584,7 +586,7 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 		if (!wop || !L->topk)
 			return errf(e, "layer %s: cannot find where expert %d's output is weighted; set router.weights in experts.yaml",
 				    s->scope, L->ex[0].id);
-		L->weights = find_weights(c, L, wop);
+		L->weights = find_weights(c, L, L->ex[0].g, wop);
 		if (!L->weights)
 			return errf(e, "layer %s: cannot trace the weights multiplying expert %d's output back to the router; set router.weights",
 				    s->scope, L->ex[0].id);

@@ -403,8 +403,8 @@ void g_set_attr_ints(Ctx *c, Node *n, const char *name, const int64_t *v, size_t
 Node *g_clone_node(Ctx *c, Graph *g, const Node *src)
 {
 	Node *n = arena_dup(c->a, src, sizeof *n);
-	n->input = arena_dup(c->a, src->input, (src->n_input ? src->n_input : 1) * sizeof *n->input);
-	n->output = arena_dup(c->a, src->output, (src->n_output ? src->n_output : 1) * sizeof *n->output);
+	n->input = arena_dup(c->a, src->input, src->n_input * sizeof *n->input);
+	n->output = arena_dup(c->a, src->output, src->n_output * sizeof *n->output);
 	push_node(c, g, n);
 	return n;
 }
