@@ -93,10 +93,12 @@ int g_rank(const Graph *g, const char *name, int depth)
 	    g_is(n, "Pad") || g_is(n, "GatherElements") || g_is(n, "ScatterElements") ||
 	    g_is(n, "ScatterND") || g_is(n, "Where") || g_is(n, "Softmax"))
 		return g_rank(ng, n->input[g_is(n, "Where") ? 1 : 0], depth + 1);
-	if (is_elementwise(n)) {
+	if (is_elementwise(n) || g_is(n, "Equal")) {
 		int best = -1;
 		for (size_t i = 0; i < n->n_input; i++) {
 			int r = g_rank(ng, n->input[i], depth + 1);
+			if (r < 0)
+				return -1;
 			if (r > best)
 				best = r;
 		}

@@ -13,9 +13,38 @@ enum { UNK = INT64_MIN, DEPTH = 96 };
 
 static int64_t ival(const Graph *g, const char *v, int64_t i, int depth);
 
+static int64_t dim_of(const Graph *g, const char *v, int64_t d, int depth);
+
 static int is_scalar(const Graph *g, const char *v)
 {
 	return g_rank(g, v, 0) == 0;
+}
+
+/* Rank, also of a Reshape whose target shape is computed. */
+static int64_t rank_of(const Graph *g, const char *v, int depth)
+{
+	int r = g_rank(g, v, 0);
+	if (r >= 0)
+		return r;
+	Val *x = g_val(g, v);
+	if (!x || !x->def || depth > DEPTH)
+		return UNK;
+	Node *n = x->def;
+	if (g_is(n, "Reshape") || g_is(n, "ConstantOfShape") || g_is(n, "Expand"))
+		return dim_of(x->g, n->input[g_is(n, "ConstantOfShape") ? 0 : 1], 0, depth + 1);
+	if (g_is(n, "Where") || g_is(n, "Equal") || g_is(n, "Mul") || g_is(n, "Add") || g_is(n, "Sub") ||
+	    g_is(n, "Cast")) {
+		int64_t best = 0;
+		for (size_t i = 0; i < n->n_input; i++) {
+			int64_t q = rank_of(x->g, n->input[i], depth + 1);
+			if (q == UNK)
+				return UNK;
+			if (q > best)
+				best = q;
+		}
+		return best;
+	}
+	return UNK;
 }
 
 static int64_t dim_of(const Graph *g, const char *v, int64_t d, int depth)
@@ -49,7 +78,8 @@ static int64_t dim_of(const Graph *g, const char *v, int64_t d, int depth)
 		return dim_of(ng, n->input[1], d, depth + 1);
 	if (g_is(n, "Expand")) {
 		int64_t a = dim_of(ng, n->input[0], d, depth + 1), b = ival(ng, n->input[1], d, depth + 1);
-		if (g_rank(ng, n->input[0], 0) != (int)dim_of(ng, n->input[1], 0, depth + 1))
+		int64_t r = rank_of(ng, n->input[0], depth);
+		if (r == UNK || r != dim_of(ng, n->input[1], 0, depth + 1))
 			return UNK; /* ranks differ: right-aligned broadcast, not needed so far */
 		if (a == 1)
 			return b;
@@ -59,6 +89,10 @@ static int64_t dim_of(const Graph *g, const char *v, int64_t d, int depth)
 	}
 	if (g_is(n, "Reshape")) {
 		int64_t s = ival(ng, n->input[1], d, depth + 1);
+		/* Flattening a 1-D tensor: shape tensors often pass Reshape(x, [-1]). */
+		if (s == -1 && d == 0 && dim_of(ng, n->input[1], 0, depth + 1) == 1 &&
+		    g_rank(ng, n->input[0], 0) == 1)
+			return dim_of(ng, n->input[0], 0, depth + 1);
 		if (s == 0 && !g_attr_i(n, "allowzero", 0))
 			return dim_of(ng, n->input[0], d, depth + 1);
 		return s > 0 ? s : UNK;
@@ -87,13 +121,30 @@ static int64_t dim_of(const Graph *g, const char *v, int64_t d, int depth)
 	}
 	if (g_is(n, "Cast") || g_is(n, "Identity"))
 		return dim_of(ng, n->input[0], d, depth + 1);
+	if (d == 0 && (g_is(n, "Where") || g_is(n, "Equal") || g_is(n, "Mul") || g_is(n, "Add") ||
+		       g_is(n, "Sub"))) {
+		/* 1-D broadcast: the longest operand; a scalar counts as 1. */
+		int64_t best = 1;
+		for (size_t i = 0; i < n->n_input; i++) {
+			int64_t r = rank_of(ng, n->input[i], depth);
+			int64_t l = r == 0 ? 1 : r == 1 ? dim_of(ng, n->input[i], 0, depth + 1) : UNK;
+			if (l == UNK)
+				return UNK;
+			if (l > best)
+				best = l;
+		}
+		return best;
+	}
+	if (g_is(n, "ConstantOfShape") && d == 0)
+		return ival(ng, n->input[0], 0, depth + 1);
 	return UNK;
 }
 
 /* Length of a 1-D tensor, 1 for a scalar. */
 static int64_t len_of(const Graph *g, const char *v, int depth)
 {
-	return is_scalar(g, v) ? 1 : dim_of(g, v, 0, depth + 1);
+	int64_t r = rank_of(g, v, depth);
+	return r == 0 ? 1 : r == 1 ? dim_of(g, v, 0, depth + 1) : UNK;
 }
 
 /* Element i of a broadcast operand: a length-1 operand repeats. */
