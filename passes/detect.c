@@ -29,10 +29,40 @@ static int is_elementwise(const Node *n)
 	return 0;
 }
 
+static int rank_rec(const Graph *g, const char *name, int depth, int *cut);
+
+/* Ranks are memoised by value name across reindexing (passes keep a
+ * value's rank when they rewrite it): without the memo each layer's query
+ * walks back through every earlier layer's experts, exponentially in the
+ * number of layers. A result cut short by the depth bound is not kept,
+ * nor an unknown rank, which folding an If can make known. */
 int g_rank(const Graph *g, const char *name, int depth)
 {
-	if (depth > 256)
+	int cut = 0;
+	return rank_rec(g, name, depth, &cut);
+}
+
+static int rank_calc(const Graph *g, const char *name, int depth, int *cut);
+
+static int rank_rec(const Graph *g, const char *name, int depth, int *cut)
+{
+	if (depth > 256) {
+		*cut = 1;
 		return -1;
+	}
+	void *m = g->rank ? map_get(g->rank, name) : NULL;
+	if (m)
+		return (int)(intptr_t)m - 2;
+	int sub = 0, r = rank_calc(g, name, depth, &sub);
+	if (sub)
+		*cut = 1;
+	else if (g->rank && r >= 0) /* unknown may become known when a pass folds an If */
+		map_put(g->rank, name, (void *)(intptr_t)(r + 2));
+	return r;
+}
+
+static int rank_calc(const Graph *g, const char *name, int depth, int *cut)
+{
 	Val *v = g_val(g, name);
 	if (!v)
 		return -1;
@@ -62,7 +92,7 @@ int g_rank(const Graph *g, const char *name, int depth)
 			return (int)t->dims[0];
 		Val *sv = g_val(ng, sh);
 		if (sv && sv->def && g_is(sv->def, "Shape") && !g_attr(sv->def, "start") && !g_attr(sv->def, "end"))
-			return g_rank(ng, sv->def->input[0], depth + 1);
+			return rank_rec(ng, sv->def->input[0], depth + 1, cut);
 		return -1;
 	}
 	if (g_is(n, "Constant")) {
@@ -77,7 +107,7 @@ int g_rank(const Graph *g, const char *name, int depth)
 			k = (long)a->n_ints;
 		else if (n->n_input > 1)
 			k = g_const_ints(ng, n->input[1], ax, 16);
-		int r = g_rank(ng, n->input[0], depth + 1);
+		int r = rank_rec(ng, n->input[0], depth + 1, cut);
 		if (r < 0 || k < 0)
 			return -1;
 		return g_is(n, "Unsqueeze") ? r + (int)k : r - (int)k;
@@ -89,7 +119,7 @@ int g_rank(const Graph *g, const char *name, int depth)
 	if (g_is(n, "Flatten"))
 		return 2;
 	if (g_is(n, "Gather")) {
-		int r = g_rank(ng, n->input[0], depth + 1), q = g_rank(ng, n->input[1], depth + 1);
+		int r = rank_rec(ng, n->input[0], depth + 1, cut), q = rank_rec(ng, n->input[1], depth + 1, cut);
 		return r < 0 || q < 0 ? -1 : r + q - 1;
 	}
 	if (g_is(n, "Transpose") || g_is(n, "Concat") || g_is(n, "Split") || g_is(n, "TopK") ||
@@ -99,11 +129,11 @@ int g_rank(const Graph *g, const char *name, int depth)
 	    g_is(n, "GlobalAveragePool") || g_is(n, "Slice") || g_is(n, "Resize") ||
 	    g_is(n, "Pad") || g_is(n, "GatherElements") || g_is(n, "ScatterElements") ||
 	    g_is(n, "ScatterND") || g_is(n, "Where") || g_is(n, "Softmax"))
-		return g_rank(ng, n->input[g_is(n, "Where") ? 1 : 0], depth + 1);
+		return rank_rec(ng, n->input[g_is(n, "Where") ? 1 : 0], depth + 1, cut);
 	if (is_elementwise(n) || g_is(n, "Equal")) {
 		int best = -1;
 		for (size_t i = 0; i < n->n_input; i++) {
-			int r = g_rank(ng, n->input[i], depth + 1);
+			int r = rank_rec(ng, n->input[i], depth + 1, cut);
 			if (r < 0)
 				return -1;
 			if (r > best)
@@ -156,11 +186,13 @@ static int in_set(const PMap *set, const Node *n)
 
 /* Finds expert `id`'s nodes, its one input and its one output. Returns 0
  * when the expert is absent, 1 when found, -1 on error. */
-static int find_expert(Ctx *c, Layer *L, int id, Expert *x, Err *e)
+static int find_expert(Ctx *c, Layer *L, int id, const NodeVec *scoped, Expert *x, Err *e)
 {
 	const char *mod = expert_path(c, L->spec, id);
 	NodeVec nv = { .a = c->a };
-	collect_named(c->g, mod, &nv);
+	for (size_t i = 0; i < scoped->n; i++)
+		if (path_match(scoped->v[i]->name, mod))
+			nv_push(&nv, scoped->v[i]);
 	if (!nv.n)
 		return 0;
 	Graph *g = g_graph_of(c, nv.v[0]);
@@ -525,9 +557,13 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 	}
 
 	/* Experts. */
+	/* An expert's path extends the scope, so its nodes lie among the
+	 * scope's: one pass over the model, not one per expert. */
+	NodeVec scoped = { .a = c->a };
+	collect_named(c->g, s->scope, &scoped);
 	L->ex = arena_alloc(c->a, (size_t)s->experts * sizeof *L->ex);
 	for (int i = 0; i < s->experts; i++) {
-		int r = find_expert(c, L, i, &L->ex[L->nex], e);
+		int r = find_expert(c, L, i, &scoped, &L->ex[L->nex], e);
 		if (r < 0)
 			return -1;
 		if (r)

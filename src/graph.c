@@ -13,6 +13,7 @@ static Graph *graph_new(Ctx *c, Onnx__GraphProto *gp, Graph *parent, Node *owner
 	g->owner = owner;
 	g->capnode = gp->n_node;
 	g->capinit = gp->n_initializer;
+	g->rank = &c->rank;
 	map_init(&g->val, c->a, gp->n_node * 2 + gp->n_initializer + gp->n_input);
 	return g;
 }
@@ -174,6 +175,7 @@ int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
 	c->a = a;
 	c->m = m;
 	c->opset = 1;
+	map_init(&c->rank, a, 64);
 	if (!m->graph)
 		return errf(e, "the model has no graph");
 	for (size_t i = 0; i < m->n_opset_import; i++) {

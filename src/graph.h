@@ -45,6 +45,7 @@ struct Graph {
 	Graph **sub;
 	size_t nsub;
 	size_t capnode, capinit; /* capacities of gp->node / gp->initializer when grown by us */
+	Map *rank;        /* g_rank's memo (value name -> rank + 2), the Ctx's, kept across reindexing */
 };
 
 typedef struct {
@@ -56,6 +57,7 @@ typedef struct {
 	PMap nodeg;      /* Node* -> Graph* */
 	PMap nodeidx;    /* Node* -> position + 1 in its graph, for stable orders */
 	size_t nfresh;
+	Map rank;        /* see Graph.rank */
 } Ctx;
 
 /* Builds the index; errors on values produced twice in one scope. */

@@ -92,11 +92,17 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		WSrc *w = NULL;
 		if ((int)L.nex < s->experts && !(w = source(open, &nopen, s, md->a, e)) && s->weights)
 			goto out;
-		if (moe_densify(&c, &L, w, lr, e) || tidy(&c, e))
+		/* Only the index is refreshed between layers: dead-node elimination
+		 * and sorting walk the whole model, so per layer they would make
+		 * the repair quadratic in layers. Detection ignores the dead
+		 * dispatch (it lies outside later layers' scopes) and does not
+		 * rely on the appended dense nodes being sorted. */
+		if (moe_densify(&c, &L, w, lr, e) || g_reindex(&c, e))
 			goto out;
 		r->changed = 1;
-		counts(&c, lr, 1);
 	}
+	if (r->changed && tidy(&c, e))
+		goto out;
 	int f = fold_shape_ifs(&c, o->check_only, e);
 	if (f < 0)
 		goto out;
