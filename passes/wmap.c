@@ -33,27 +33,48 @@ static const char *key_prefix(Ctx *c, const Layer *L, int id)
 	return arena_printf(c->a, "%s%s.", pre, expert_path(c, L->spec, id));
 }
 
-/* A model tensor as f32 (arena), or NULL when it is not a float tensor. */
-static float *tensor_f32(Ctx *c, const Tensor *t, int64_t *n)
+/* Aligned f32 bytes are used in place: the arena never frees, and a
+ * copy of every tensor read would double the memory of a large repair. */
+static const float *as_f32(const void *p, int dtype)
+{
+	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && !((uintptr_t)p % _Alignof(float)) ? p : NULL;
+}
+
+/* A model tensor as f32 (in place, or converted into the arena), or NULL
+ * when it is not a float tensor. External data is read from its file. */
+static const float *tensor_f32(Ctx *c, const Tensor *t, int64_t *n)
 {
 	size_t nb;
-	const void *p = g_tensor_data(t, &nb);
+	Err e;
+	const void *p = g_tensor_bytes(c, t, &nb, &e);
 	*n = g_tensor_numel(t);
 	if (!p || *n < 0 || !is_float(t->data_type))
 		return NULL;
 	WTensor w = { .name = t->name, .dtype = t->data_type, .data = p, .nbytes = nb, .ndim = 1, .dims = { *n } };
 	if (nb != (size_t)*n * wt_dtype_size(t->data_type))
 		return NULL;
+	if (as_f32(p, t->data_type))
+		return p;
 	float *f = arena_alloc_raw(c->a, (size_t)*n * sizeof *f + 1);
-	Err e;
 	return wt_to_f32(&w, f, &e) ? NULL : f;
 }
 
 typedef struct {
 	Ctx *c;
 	WSrc *w;
-	Map cache; /* key -> f32 copy */
+	Map cache;  /* key -> f32 copy, for keys not f32 in place */
+	float *tmp; /* scratch for rebuilds that are compared, then dropped */
+	size_t ntmp;
 } Src;
+
+static float *scratch(Src *s, int64_t n)
+{
+	if ((size_t)n > s->ntmp) {
+		s->ntmp = (size_t)n;
+		s->tmp = arena_alloc_raw(s->c->a, s->ntmp * sizeof *s->tmp + 1);
+	}
+	return s->tmp;
+}
 
 static const float *key_f32(Src *s, const char *key, int64_t *n)
 {
@@ -61,6 +82,9 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 	if (!t)
 		return NULL;
 	*n = wt_numel(t);
+	const float *d = as_f32(t->data, t->dtype);
+	if (d && *n >= 0 && t->nbytes == (size_t)*n * sizeof *d)
+		return d;
 	float *f = map_get(&s->cache, key);
 	if (f)
 		return f;
@@ -74,17 +98,21 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 	return f;
 }
 
+/* In float, branch-free: these loops touch every weight of the model
+ * (verification of present experts), so they should vectorise. */
 static double reldiff(const float *a, const float *b, int64_t n)
 {
-	double d = 0, m = 0;
+	float d = 0, m = 0;
+	int nan = 0;
 	for (int64_t i = 0; i < n; i++) {
-		double x = fabs((double)a[i] - b[i]);
-		if (x > d || isnan(x))
-			d = isnan(x) ? INFINITY : x;
-		if (fabs(b[i]) > m)
-			m = fabs(b[i]);
+		float x = fabsf(a[i] - b[i]), y = fabsf(b[i]);
+		nan |= x != x;
+		d = x > d ? x : d;
+		m = y > m ? y : m;
 	}
-	return d / (m > 1e-12 ? m : 1e-12);
+	if (nan)
+		return INFINITY;
+	return d / (m > 1e-12f ? (double)m : 1e-12);
 }
 
 /* BatchNorm statistics of module `pre bn` ("model.0.experts.1." "conv.1"). */
@@ -107,8 +135,10 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 	return 0;
 }
 
-/* Rebuilds a recipe's tensor for the expert whose keys start with pre. */
-static float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t want, Err *e)
+/* Rebuilds a recipe's tensor for the expert whose keys start with pre:
+ * folds are written to out (want floats), a tensor taken as it is comes
+ * back in place. */
+static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t want, float *out, Err *e)
 {
 	Arena *a = s->c->a;
 	int64_t n = 0;
@@ -124,14 +154,13 @@ static float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t want, Er
 			     (long long)n, (long long)want);
 			return NULL;
 		}
-		return (float *)f;
+		return f;
 	}
 	BN bn;
 	if (get_bn(s, pre, r->bn, &bn)) {
 		errf(e, "no BatchNorm statistics '%s%s.running_var/running_mean' in %s", pre, r->bn, s->w->path);
 		return NULL;
 	}
-	float *out = arena_alloc_raw(a, (size_t)want * sizeof *out + 1);
 	if (r->kind == R_FOLD_W) {
 		const char *k = arena_printf(a, "%s%s", pre, r->rest);
 		const float *w = key_f32(s, k, &n);
@@ -141,9 +170,12 @@ static float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t want, Er
 		}
 		int64_t per = want / bn.n;
 		for (int64_t o = 0; o < bn.n; o++) {
-			double sc = (bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps);
+			/* f32 like the exporter's own fold. */
+			float sc = (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps));
+			const float *wo = w + o * per;
+			float *oo = out + o * per;
 			for (int64_t i = 0; i < per; i++)
-				out[o * per + i] = (float)(w[o * per + i] * sc);
+				oo[i] = wo[i] * sc;
 		}
 		return out;
 	}
@@ -221,7 +253,7 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 					continue;
 				for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
 					*r = (Recipe){ .tname = t->name, .kind = R_FOLD_W, .rest = cw->name + lp, .bn = bn, .eps = EPS[q] };
-					const float *x = rebuild(s, r, pre, n, &e);
+					const float *x = rebuild(s, r, pre, n, scratch(s, n), &e);
 					if (x && reldiff(x, f, n) <= tol)
 						return 1;
 				}
@@ -241,7 +273,7 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 				}
 				for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
 					*r = (Recipe){ .tname = t->name, .kind = R_FOLD_B, .bn = bn, .bias = bias, .eps = EPS[q] };
-					const float *x = rebuild(s, r, pre, n, &e);
+					const float *x = rebuild(s, r, pre, n, scratch(s, n), &e);
 					if (x && reldiff(x, f, n) <= tol)
 						return 1;
 				}
@@ -304,7 +336,7 @@ static int same_shape(const Ctx *c, const Expert *a, const Expert *b)
 
 int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err *e)
 {
-	Src s = { c, w, { 0 } };
+	Src s = { .c = c, .w = w };
 	map_init(&s.cache, c->a, 64);
 	size_t ns;
 	Slot *sl = const_slots(c, tpl, &ns);
@@ -316,7 +348,7 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 		const Tensor *t = g_const(tpl->g, sl[i].name);
 		Recipe *r = &m->r[m->n++];
 		int64_t n;
-		float *f = tensor_f32(c, t, &n);
+		const float *f = tensor_f32(c, t, &n);
 		if (f && find_recipe(&s, t, f, n, pre, r)) {
 			r->node = sl[i].node;
 			r->input = sl[i].input;
@@ -332,7 +364,7 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 				continue;
 			const Tensor *u = g_const(q->g, q->node[sl[i].node]->input[sl[i].input]);
 			size_t na, nb;
-			const void *pa = g_tensor_data(t, &na), *pb = u ? g_tensor_data(u, &nb) : NULL;
+			const void *pa = g_tensor_bytes(c, t, &na, e), *pb = u ? g_tensor_bytes(c, u, &nb, e) : NULL;
 			agree = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
 		}
 		if (!agree)
@@ -354,11 +386,11 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 			const char *qn = q->node[sl[i].node]->input[sl[i].input];
 			const Tensor *u = g_const(q->g, qn);
 			int64_t n;
-			float *f = u ? tensor_f32(c, u, &n) : NULL;
+			const float *f = u ? tensor_f32(c, u, &n) : NULL;
 			if (!f)
 				return errf(e, "layer %s: expert %d's tensor '%s' is not a float constant like expert %d's '%s'",
 					    L->scope, q->id, qn, tpl->id, r->tname);
-			float *x = rebuild(&s, r, qpre, n, e);
+			const float *x = rebuild(&s, r, qpre, n, scratch(&s, n), e);
 			if (!x)
 				return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, q->id, qn);
 			double d = reldiff(x, f, n);
@@ -375,11 +407,15 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w,
 	      void **data, size_t *nbytes, Err *e)
 {
-	Src s = { c, w, { 0 } };
+	Src s = { .c = c, .w = w };
 	map_init(&s.cache, c->a, 8);
 	int64_t n = g_tensor_numel(t);
 	const char *pre = key_prefix(c, L, id);
-	float *f = rebuild(&s, r, pre, n, e);
+	size_t es = wt_dtype_size(t->data_type);
+	unsigned char *out = arena_alloc_raw(c->a, (size_t)n * es + 1);
+	/* f32 models: folds go straight into the new tensor. */
+	int direct = t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+	const float *f = rebuild(&s, r, pre, n, direct ? (float *)out : scratch(&s, n), e);
 	if (!f) {
 		errwrap(e, "layer %s: expert %d", L->scope, id);
 		/* Say what is there: the usual cause is a wrong prefix or pattern. */
@@ -387,8 +423,13 @@ int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, 
 		snprintf(e->msg + len, sizeof e->msg - len, " (keys under '%s': %s)", pre, keys_under(c, w, pre));
 		return -1;
 	}
-	size_t es = wt_dtype_size(t->data_type);
-	unsigned char *out = arena_alloc_raw(c->a, (size_t)n * es + 1);
+	if (direct) {
+		if (f != (const float *)out)
+			memcpy(out, f, (size_t)n * es);
+		*data = out;
+		*nbytes = (size_t)n * es;
+		return 0;
+	}
 	for (int64_t i = 0; i < n; i++) {
 		switch (t->data_type) {
 		case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:

@@ -58,6 +58,10 @@ typedef struct {
 	PMap nodeidx;    /* Node* -> position + 1 in its graph, for stable orders */
 	size_t nfresh;
 	Map rank;        /* see Graph.rank */
+	/* Reads a tensor kept in external data (the model's mapping of its
+	 * file); set after g_init by whoever loaded the model, NULL: unreadable. */
+	int (*ext)(void *ud, const Tensor *t, const void **p, size_t *n, Err *e);
+	void *ext_ud;
 } Ctx;
 
 /* Builds the index; errors on values produced twice in one scope. */
@@ -86,6 +90,9 @@ int g_is_zero(const Graph *g, const char *name);
  * field); NULL for external data. */
 const void *g_tensor_data(const Tensor *t, size_t *nbytes);
 int64_t g_tensor_numel(const Tensor *t);
+/* g_tensor_data, and external data through c->ext. NULL (e filled for
+ * external data) when unreadable. */
+const void *g_tensor_bytes(Ctx *c, const Tensor *t, size_t *nbytes, Err *e);
 
 /* Mutation API. Names handed in are copied into the arena. */
 const char *g_fresh(Ctx *c, const char *base); /* unique among values and nodes */

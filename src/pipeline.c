@@ -27,6 +27,11 @@ static WSrc *source(Open *o, size_t *no, const SpecLayer *s, Arena *a, Err *e)
 	return w;
 }
 
+static int ext_data(void *md, const Tensor *t, const void **p, size_t *n, Err *e)
+{
+	return model_tensor_data(md, t, p, n, e);
+}
+
 static void counts(Ctx *c, LayerReport *lr, int after)
 {
 	int *nodes = after ? &lr->nodes_after : &lr->nodes_before;
@@ -51,6 +56,8 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	memset(r, 0, sizeof *r);
 	if (g_init(&c, md->m, md->a, e))
 		return -1;
+	c.ext = ext_data;
+	c.ext_ud = md;
 	if (!spec)
 		return moe_scan(&c, r, e);
 
@@ -99,6 +106,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		 * rely on the appended dense nodes being sorted. */
 		if (moe_densify(&c, &L, w, lr, e) || g_reindex(&c, e))
 			goto out;
+		wsrc_drop(w);
 		r->changed = 1;
 	}
 	if (r->changed && tidy(&c, e))
