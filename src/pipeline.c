@@ -107,6 +107,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		if (moe_densify(&c, &L, w, lr, e) || g_reindex(&c, e))
 			goto out;
 		wsrc_drop(w);
+		model_drop(md);
 		r->changed = 1;
 	}
 	if (r->changed && tidy(&c, e))
