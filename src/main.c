@@ -160,6 +160,19 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		return errf(e, "--in-place and -o exclude each other");
 	if (g->extdata && !writes)
 		return errf(e, "--external-data needs --experts (or --passthrough): nothing is written otherwise");
+	if (g->extdata && g->out && !strcmp(g->out, "-"))
+		return errf(e, "--external-data: the data file is named relative to the model's folder, and -o - has none; write to a file");
+	if (g->extdata) {
+		int up = 0;
+		for (const char *c = g->extdata; *c;) {
+			size_t n = strcspn(c, "/");
+			up |= n == 2 && c[0] == '.' && c[1] == '.';
+			c += n;
+			c += *c != 0;
+		}
+		if (!*g->extdata || g->extdata[0] == '/' || up)
+			return errf(e, "--external-data %s: give a file name relative to the output's folder (no '..', not absolute), as ONNX stores it", g->extdata);
+	}
 	if (g->extdata && g->nin > 1)
 		return errf(e, "--external-data names one file, for one input; repair several models one at a time, or let large outputs get OUT.data automatically");
 	if (g->passthrough && g->experts)
