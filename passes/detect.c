@@ -433,7 +433,7 @@ static uint64_t *bits_or(Ctx *c, const Layer *L, uint64_t *a, const uint64_t *b)
 	if (!b)
 		return a;
 	if (!a)
-		a = arena_alloc(c->a, words(L) * 8);
+		a = arena_alloc(c->ia, words(L) * 8);
 	for (size_t i = 0; i < words(L); i++)
 		a[i] |= b[i];
 	return a;
@@ -449,17 +449,19 @@ static int bits_full(const Layer *L, const uint64_t *a)
 
 static int find_combined(Ctx *c, Layer *L, Err *e)
 {
+	/* Per-layer scratch over the whole model: in the index's arena, freed
+	 * at the next reindex. */
 	Map dep; /* value -> bitset over L->ex: which experts' outputs flow into it */
-	map_init(&dep, c->a, 256);
+	map_init(&dep, c->ia, 256);
 	for (size_t k = 0; k < L->nex; k++) {
 		if (L->ex[k].gate)
 			continue;
-		uint64_t *b = arena_alloc(c->a, words(L) * 8);
+		uint64_t *b = arena_alloc(c->ia, words(L) * 8);
 		b[k / 64] |= 1ull << (k % 64);
 		map_put(&dep, L->ex[k].out, b);
 	}
 	PMap acc;
-	pmap_init(&acc, c->a, 64);
+	pmap_init(&acc, c->ia, 64);
 	Onnx__GraphProto *gp = c->g->gp;
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];

@@ -7,14 +7,14 @@ static int index_graph(Ctx *c, Graph *g, Err *e);
 
 static Graph *graph_new(Ctx *c, Onnx__GraphProto *gp, Graph *parent, Node *owner)
 {
-	Graph *g = arena_alloc(c->a, sizeof *g);
+	Graph *g = arena_alloc(c->ia, sizeof *g);
 	g->gp = gp;
 	g->parent = parent;
 	g->owner = owner;
 	g->capnode = gp->n_node;
 	g->capinit = gp->n_initializer;
 	g->rank = &c->rank;
-	map_init(&g->val, c->a, gp->n_node * 2 + gp->n_initializer + gp->n_input);
+	map_init(&g->val, c->ia, gp->n_node * 2 + gp->n_initializer + gp->n_input);
 	return g;
 }
 
@@ -23,7 +23,7 @@ static Val *def_val(Ctx *c, Graph *g, const char *name, Err *e)
 	Val *v = map_get(&g->val, name);
 	if (v)
 		return v;
-	v = arena_alloc(c->a, sizeof *v);
+	v = arena_alloc(c->ia, sizeof *v);
 	v->name = name;
 	v->g = g;
 	map_put(&g->val, name, v);
@@ -45,7 +45,7 @@ static void add_use(Ctx *c, Val *v, Node *n, Graph *g)
 {
 	if (v->nuse == v->capuse) {
 		size_t cap = v->capuse ? v->capuse * 2 : 4;
-		v->use = arena_grow(c->a, v->use, v->nuse * sizeof *v->use, cap * sizeof *v->use);
+		v->use = arena_grow(c->ia, v->use, v->nuse * sizeof *v->use, cap * sizeof *v->use);
 		v->capuse = cap;
 	}
 	v->use[v->nuse++] = (Use){ n, g };
@@ -57,7 +57,7 @@ static void add_outer(Ctx *c, Graph *g, const char *name)
 	for (size_t i = 0; i < g->nouter; i++)
 		if (strcmp(g->outer[i], name) == 0)
 			return;
-	g->outer = arena_grow(c->a, g->outer, g->nouter * sizeof *g->outer,
+	g->outer = arena_grow(c->ia, g->outer, g->nouter * sizeof *g->outer,
 			      (g->nouter + 1) * sizeof *g->outer);
 	g->outer[g->nouter++] = name;
 }
@@ -114,7 +114,7 @@ static int index_graph(Ctx *c, Graph *g, Err *e)
 				body[nb++] = at->graphs[k];
 			for (size_t k = 0; k < nb; k++) {
 				Graph *s = graph_new(c, body[k], g, n);
-				g->sub = arena_grow(c->a, g->sub, g->nsub * sizeof *g->sub,
+				g->sub = arena_grow(c->ia, g->sub, g->nsub * sizeof *g->sub,
 						    (g->nsub + 1) * sizeof *g->sub);
 				g->sub[g->nsub++] = s;
 				if (index_graph(c, s, e))
@@ -158,15 +158,26 @@ static int index_graph(Ctx *c, Graph *g, Err *e)
 int g_reindex(Ctx *c, Err *e)
 {
 	Onnx__GraphProto *gp = c->m->graph;
-	map_init(&c->names, c->a, gp->n_node * 3 + gp->n_initializer);
-	pmap_init(&c->nodeg, c->a, gp->n_node);
-	pmap_init(&c->nodeidx, c->a, gp->n_node);
 	size_t capnode = c->g ? c->g->capnode : gp->n_node;
 	size_t capinit = c->g ? c->g->capinit : gp->n_initializer;
+	/* The old index goes at once: reindexing after each layer would
+	 * otherwise keep one dead index per layer, quadratic memory. */
+	arena_free(c->ia);
+	c->ia = arena_new();
+	map_init(&c->names, c->ia, gp->n_node * 3 + gp->n_initializer);
+	pmap_init(&c->nodeg, c->ia, gp->n_node);
+	pmap_init(&c->nodeidx, c->ia, gp->n_node);
 	c->g = graph_new(c, gp, NULL, NULL);
 	c->g->capnode = capnode;
 	c->g->capinit = capinit;
 	return index_graph(c, c->g, e);
+}
+
+void g_fini(Ctx *c)
+{
+	arena_free(c->ia);
+	c->ia = NULL;
+	c->g = NULL;
 }
 
 int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)

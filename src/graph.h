@@ -57,6 +57,7 @@ typedef struct {
 	PMap nodeg;      /* Node* -> Graph* */
 	PMap nodeidx;    /* Node* -> position + 1 in its graph, for stable orders */
 	size_t nfresh;
+	Arena *ia;       /* the index (Graph, Val, maps), replaced by each g_reindex */
 	Map rank;        /* see Graph.rank */
 	/* Reads a tensor kept in external data (the model's mapping of its
 	 * file); set after g_init by whoever loaded the model, NULL: unreadable. */
@@ -66,7 +67,8 @@ typedef struct {
 
 /* Builds the index; errors on values produced twice in one scope. */
 int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e);
-int g_reindex(Ctx *c, Err *e);
+int g_reindex(Ctx *c, Err *e); /* invalidates every Graph, Val and Use */
+void g_fini(Ctx *c);              /* frees the index; the model stays */
 
 /* Value lookup in g, then its enclosing graphs. */
 Val *g_val(const Graph *g, const char *name);

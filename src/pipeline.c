@@ -54,12 +54,17 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 {
 	Ctx c;
 	memset(r, 0, sizeof *r);
-	if (g_init(&c, md->m, md->a, e))
+	if (g_init(&c, md->m, md->a, e)) {
+		g_fini(&c);
 		return -1;
+	}
 	c.ext = ext_data;
 	c.ext_ud = md;
-	if (!spec)
-		return moe_scan(&c, r, e);
+	if (!spec) {
+		int rc = moe_scan(&c, r, e);
+		g_fini(&c);
+		return rc;
+	}
 
 	Open *open = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *open);
 	size_t nopen = 0;
@@ -134,5 +139,6 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 out:
 	for (size_t i = 0; i < nopen; i++)
 		wsrc_close(open[i].w);
+	g_fini(&c);
 	return ret;
 }
