@@ -355,7 +355,10 @@ static const char *find_weights(Ctx *c, Layer *L, const Graph *g, const char *wo
 	for (size_t s = 0; s < ns; s++)
 		map_put(&closure, seed[s], (void *)1);
 	Onnx__GraphProto *gp = c->g->gp;
-	for (size_t i = 0; i < gp->n_node; i++) {
+	/* Nothing before the TopK derives from it: each layer's sweep starts
+	 * there, not at the top of the model. */
+	size_t from = g_graph_of(c, L->topk) == c->g ? g_pos(c, L->topk) : 0;
+	for (size_t i = from; i < L->end; i++) {
 		Node *n = gp->node[i];
 		int inc = 0, bad = 0;
 		for (size_t j = 0; j < n->n_input; j++) {
@@ -373,7 +376,7 @@ static const char *find_weights(Ctx *c, Layer *L, const Graph *g, const char *wo
 	for (size_t s = 0; s < ns; s++)
 		if (map_get(&anc, seed[s]) && !best)
 			best = seed[s];
-	for (size_t i = 0; i < gp->n_node; i++) {
+	for (size_t i = from; i < L->end; i++) {
 		Node *n = gp->node[i];
 		if (n->n_output && map_get(&closure, n->output[0]) && map_get(&anc, n->output[0]) &&
 		    g_pos(c, n) + 1 > bestpos) {
@@ -463,7 +466,17 @@ static int find_combined(Ctx *c, Layer *L, Err *e)
 	PMap acc;
 	pmap_init(&acc, c->ia, 64);
 	Onnx__GraphProto *gp = c->g->gp;
-	for (size_t i = 0; i < gp->n_node; i++) {
+	/* Nodes before the layer's first expert (or its gating If) cannot
+	 * depend on the experts: start there. */
+	size_t from = gp->n_node;
+	for (size_t k = 0; k < L->nex; k++) {
+		Node *n = L->ex[k].gate ? L->ex[k].gate : L->ex[k].nnode ? L->ex[k].node[0] : NULL;
+		if (n && g_graph_of(c, n) == c->g && g_pos(c, n) < from)
+			from = g_pos(c, n);
+	}
+	if (from == gp->n_node)
+		from = 0;
+	for (size_t i = from; i < L->end; i++) {
 		Node *n = gp->node[i];
 		if (g_is(n, "Shape") || g_is(n, "Size"))
 			continue; /* metadata, not data */
@@ -491,7 +504,7 @@ static int find_combined(Ctx *c, Layer *L, Err *e)
 	}
 	const char *found = NULL;
 	int nfound = 0;
-	for (size_t i = 0; i < gp->n_node; i++) {
+	for (size_t i = from; i < L->end; i++) {
 		Node *n = gp->node[i];
 		/* Later layers' sums carry this layer's experts too: stay in scope. */
 		if (!pmap_get(&acc, n) || !bits_full(L, map_get(&dep, n->output[0])) ||
@@ -563,6 +576,9 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 	 * scope's: one pass over the model, not one per expert. */
 	NodeVec scoped = { .a = c->a };
 	collect_named(c->g, s->scope, &scoped);
+	for (size_t i = 0; i < scoped.n; i++)
+		if (g_graph_of(c, scoped.v[i]) == c->g && g_pos(c, scoped.v[i]) + 1 > L->end)
+			L->end = g_pos(c, scoped.v[i]) + 1;
 	L->ex = arena_alloc(c->a, (size_t)s->experts * sizeof *L->ex);
 	for (int i = 0; i < s->experts; i++) {
 		int r = find_expert(c, L, i, &scoped, &L->ex[L->nex], e);

@@ -70,6 +70,14 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	size_t nopen = 0;
 	int ret = -1;
 	r->layer = arena_alloc(md->a, (spec->nlayer ? spec->nlayer : 1) * sizeof *r->layer);
+	/* Every layer is detected on the model as exported, then every layer
+	 * repaired, then the model tidied and reindexed once: the index stays
+	 * valid through the repairs (they keep the names other layers read,
+	 * and no layer's detection depends on another's repair), and a
+	 * reindex or sweep per layer would make the repair quadratic in
+	 * layers. */
+	Layer *Ls = arena_alloc(md->a, (spec->nlayer ? spec->nlayer : 1) * sizeof *Ls);
+	int *fix = arena_alloc(md->a, (spec->nlayer ? spec->nlayer : 1) * sizeof *fix);
 	for (size_t i = 0; i < spec->nlayer; i++) {
 		const SpecLayer *s = &spec->layer[i];
 		LayerReport *lr = &r->layer[r->nlayer++];
@@ -77,14 +85,14 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		lr->experts = s->experts;
 		lr->top_k = s->top_k;
 		counts(&c, lr, 0);
-		Layer L;
-		if (moe_detect(&c, s, &L, e))
+		Layer *L = &Ls[i];
+		if (moe_detect(&c, s, L, e))
 			goto out;
-		lr->present = arena_alloc(md->a, (L.nex + 1) * sizeof *lr->present);
-		for (size_t k = 0; k < L.nex; k++)
-			lr->present[lr->npresent++] = L.ex[k].id;
-		lr->ifs = L.nif;
-		if (L.dense) {
+		lr->present = arena_alloc(md->a, (L->nex + 1) * sizeof *lr->present);
+		for (size_t k = 0; k < L->nex; k++)
+			lr->present[lr->npresent++] = L->ex[k].id;
+		lr->ifs = L->nif;
+		if (L->dense) {
 			lr->nodes_after = lr->nodes_before;
 			lr->convs_after = lr->convs_before;
 			continue;
@@ -101,16 +109,19 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 			}
 			continue;
 		}
+		fix[i] = 1;
+	}
+	for (size_t i = 0; i < spec->nlayer; i++) {
+		if (!fix[i])
+			continue;
+		const SpecLayer *s = &spec->layer[i];
 		WSrc *w = NULL;
-		if ((int)L.nex < s->experts && !(w = source(open, &nopen, s, md->a, e)) && s->weights)
+		if ((int)Ls[i].nex < s->experts && !(w = source(open, &nopen, s, md->a, e)) && s->weights)
 			goto out;
-		/* Only the index is refreshed between layers: dead-node elimination
-		 * and sorting walk the whole model, so per layer they would make
-		 * the repair quadratic in layers. Detection ignores the dead
-		 * dispatch (it lies outside later layers' scopes) and does not
-		 * rely on the appended dense nodes being sorted. */
-		if (moe_densify(&c, &L, w, lr, e) || g_reindex(&c, e))
+		if (moe_densify(&c, &Ls[i], w, &r->layer[i], e))
 			goto out;
+		/* Checkpoint and external data pages read for this layer leave
+		 * the process: resident memory stays about the output's size. */
 		wsrc_drop(w);
 		model_drop(md);
 		r->changed = 1;
