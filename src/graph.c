@@ -791,7 +791,15 @@ static size_t tokenize(const char *s, Tok *t, size_t max)
 int path_match(const char *nodename, const char *modpath)
 {
 	Tok a[128], b[64];
-	size_t na = tokenize(nodename, a, 128), nb = tokenize(modpath, b, 64);
+	size_t nb = tokenize(modpath, b, 64);
+	/* Each token must occur in the name: memmem rejects most nodes (other
+	 * layers, other experts) without tokenizing them, and the passes ask
+	 * this of every node per layer. */
+	size_t len = strlen(nodename);
+	for (size_t i = 0; i < nb; i++)
+		if (!memmem(nodename, len, b[i].p, b[i].n))
+			return 0;
+	size_t na = tokenize(nodename, a, 128);
 	if (!nb || nb > na)
 		return 0;
 	for (size_t i = 0; i + nb <= na; i++) {
