@@ -535,7 +535,11 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 	memset(L, 0, sizeof *L);
 	L->spec = s;
 	L->scope = s->scope;
-	if (g_count(c, NULL, s->scope) == 0 && !s->router_indices)
+	/* An expert's path extends the scope, so its nodes lie among the
+	 * scope's: one pass over the model, not one per expert. */
+	NodeVec scoped = { .a = c->a };
+	collect_named(c->g, s->scope, &scoped);
+	if (scoped.n == 0 && !s->router_indices)
 		return errf(e, "layer %s: no node name lies under this scope; check `scope:` (names look like '%s')",
 			    s->scope, c->g->gp->n_node ? c->g->gp->node[0]->name : "");
 
@@ -572,13 +576,12 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 	}
 
 	/* Experts. */
-	/* An expert's path extends the scope, so its nodes lie among the
-	 * scope's: one pass over the model, not one per expert. */
-	NodeVec scoped = { .a = c->a };
-	collect_named(c->g, s->scope, &scoped);
-	for (size_t i = 0; i < scoped.n; i++)
+	L->nodes = (int)scoped.n;
+	for (size_t i = 0; i < scoped.n; i++) {
+		L->convs += g_is(scoped.v[i], "Conv");
 		if (g_graph_of(c, scoped.v[i]) == c->g && g_pos(c, scoped.v[i]) + 1 > L->end)
 			L->end = g_pos(c, scoped.v[i]) + 1;
+	}
 	L->ex = arena_alloc(c->a, (size_t)s->experts * sizeof *L->ex);
 	for (int i = 0; i < s->experts; i++) {
 		int r = find_expert(c, L, i, &scoped, &L->ex[L->nex], e);

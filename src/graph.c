@@ -795,8 +795,10 @@ int path_match(const char *nodename, const char *modpath)
 	/* Each token must occur in the name: memmem rejects most nodes (other
 	 * layers, other experts) without tokenizing them, and the passes ask
 	 * this of every node per layer. */
+	if (!nb || !strstr(nodename, b[nb - 1].p)) /* the last token ends modpath: NUL-terminated */
+		return 0;
 	size_t len = strlen(nodename);
-	for (size_t i = 0; i < nb; i++)
+	for (size_t i = 0; i + 1 < nb; i++)
 		if (!memmem(nodename, len, b[i].p, b[i].n))
 			return 0;
 	size_t na = tokenize(nodename, a, 128);

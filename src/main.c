@@ -206,14 +206,18 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	const char *out = mode == RUN_REPAIR ? out_path(a, g, in) : NULL;
 	int rc = 0, loaded = 0;
 	double t0 = now(), t1 = t0, t2 = t0, t3 = t0;
+	Progress pg;
+	progress_init(&pg, !g->quiet);
 	if (model_load(&md, in, a, e) < 0) {
 		rc = 2;
 		goto done;
 	}
 	loaded = 1;
+	md.progress = &pg;
 	t1 = now();
 	if (!g->passthrough) {
-		Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose };
+		Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose,
+			   .progress = &pg };
 		if (pipeline_run(&md, spec, &o, &r, e) < 0) {
 			rc = 2;
 			goto done;
@@ -230,6 +234,7 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	}
 	t3 = now();
 done:
+	progress_done(&pg);
 	if (!g->quiet) {
 		report_print(stderr, in, &r, mode, g->verbose);
 		if (rc == 2)

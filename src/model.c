@@ -550,11 +550,17 @@ int model_tensor_data(Model *md, const Onnx__TensorProto *t, const void **p, siz
 typedef struct {
 	ProtobufCBuffer base;
 	AFile *f;
+	Progress *pg;
+	const char *what;
+	unsigned long long total;
 } Sink;
 
 static void sink_append(ProtobufCBuffer *b, size_t n, const uint8_t *p)
 {
-	afile_write(((Sink *)b)->f, p, n);
+	Sink *s = (Sink *)b;
+	afile_write(s->f, p, n);
+	if (s->pg)
+		progress_step(s->pg, s->what, s->f->written, s->total, "MiB");
 }
 
 static int same_file(const struct stat *a, const struct stat *b)
@@ -662,7 +668,8 @@ int model_save(const Model *md, const char *out, int flags, Err *e)
 	AFile f;
 	if (afile_open(&f, out, 0666, e) < 0)
 		return -1;
-	Sink s = { .base.append = sink_append, .f = &f };
+	Sink s = { .base.append = sink_append, .f = &f, .pg = md->progress,
+		   .what = arena_printf(md->a, "writing %s", out), .total = n };
 	protobuf_c_message_pack_to_buffer(&md->m->base, &s.base);
 	if (!f.err && f.written != n) {
 		afile_abort(&f);
@@ -746,6 +753,8 @@ int model_save_as(Model *md, const char *out, const char *data, int flags, Err *
 		unsigned long long off = (f.written + EXT_ALIGN - 1) / EXT_ALIGN * EXT_ALIGN;
 		afile_write(&f, zero, (size_t)(off - f.written));
 		afile_write(&f, t->raw_data.data, t->raw_data.len);
+		if (md->progress)
+			progress_step(md->progress, "writing external data, tensor", nmoved + 1, g->n_initializer, NULL);
 		Onnx__StringStringEntryProto **kv = arena_alloc(md->a, 3 * sizeof *kv);
 		set_entry(md->a, &kv[0], "location", data);
 		set_entry(md->a, &kv[1], "offset", arena_printf(md->a, "%llu", off));

@@ -8,6 +8,7 @@
 #include "err.h"
 #include "map.h"
 #include "onnx.pb-c.h"
+#include "progress.h"
 
 typedef struct {
 	const char *path; /* as given */
@@ -17,6 +18,7 @@ typedef struct {
 	size_t size;      /* bytes of the file loaded */
 	Map ext;          /* external data: location -> its mapping (ExtFile), made on demand */
 	int next;         /* tensors with data_location EXTERNAL */
+	Progress *progress; /* model_save reports bytes written to it; NULL: none */
 } Model;
 
 /* Refuses what is not a ModelProto with a graph (with the byte offset where

@@ -32,12 +32,28 @@ static int ext_data(void *md, const Tensor *t, const void **p, size_t *n, Err *e
 	return model_tensor_data(md, t, p, n, e);
 }
 
-static void counts(Ctx *c, LayerReport *lr, int after)
+/* Node and Conv counts of a layer after the repair, in one walk. */
+static void count_walk(const Onnx__GraphProto *gp, const char *scope, int *nodes, int *convs)
 {
-	int *nodes = after ? &lr->nodes_after : &lr->nodes_before;
-	int *convs = after ? &lr->convs_after : &lr->convs_before;
-	*nodes = g_count(c, NULL, lr->scope);
-	*convs = g_count(c, "Conv", lr->scope);
+	for (size_t i = 0; i < gp->n_node; i++) {
+		const Node *n = gp->node[i];
+		if (n->name && path_match(n->name, scope)) {
+			(*nodes)++;
+			*convs += g_is(n, "Conv");
+		}
+		for (size_t j = 0; j < n->n_attribute; j++) {
+			if (n->attribute[j]->g)
+				count_walk(n->attribute[j]->g, scope, nodes, convs);
+			for (size_t k = 0; k < n->attribute[j]->n_graphs; k++)
+				count_walk(n->attribute[j]->graphs[k], scope, nodes, convs);
+		}
+	}
+}
+
+static void counts_after(Ctx *c, LayerReport *lr)
+{
+	lr->nodes_after = lr->convs_after = 0;
+	count_walk(c->m->graph, lr->scope, &lr->nodes_after, &lr->convs_after);
 }
 
 static int tidy(Ctx *c, Err *e)
@@ -84,10 +100,15 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		lr->scope = s->scope;
 		lr->experts = s->experts;
 		lr->top_k = s->top_k;
-		counts(&c, lr, 0);
+		if (o->progress)
+			progress_step(o->progress, "finding experts, layer", i + 1, spec->nlayer, NULL);
 		Layer *L = &Ls[i];
 		if (moe_detect(&c, s, L, e))
 			goto out;
+		/* What detection collected: a count of its own would walk the
+		 * whole model once more per layer. */
+		lr->nodes_before = L->nodes;
+		lr->convs_before = L->convs;
 		lr->present = arena_alloc(md->a, (L->nex + 1) * sizeof *lr->present);
 		for (size_t k = 0; k < L->nex; k++)
 			lr->present[lr->npresent++] = L->ex[k].id;
@@ -115,6 +136,8 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		if (!fix[i])
 			continue;
 		const SpecLayer *s = &spec->layer[i];
+		if (o->progress)
+			progress_step(o->progress, "rebuilding experts, layer", i + 1, spec->nlayer, NULL);
 		WSrc *w = NULL;
 		if ((int)Ls[i].nex < s->experts && !(w = source(open, &nopen, s, md->a, e)) && s->weights)
 			goto out;
@@ -142,7 +165,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	}
 	if (r->changed) {
 		for (size_t i = 0; i < r->nlayer; i++)
-			counts(&c, &r->layer[i], 1);
+			counts_after(&c, &r->layer[i]);
 		if (!o->no_check && g_check(&c, e))
 			goto out;
 	}
