@@ -26,6 +26,7 @@ TIME=/usr/bin/time
 OUT=$ROOT/bench/out
 ROUNDS=${1:-3}
 CORPUS=${CORPUS:-$ROOT/../shared/corpus}
+[ -d "$CORPUS" ] && CORPUS=$(cd "$CORPUS" && pwd)
 
 die() { echo "bench/run.sh: $*" >&2; exit 2; }
 [ -x "$BIN" ] || die "$BIN missing: build first (autoreconf -fi && ./configure && make)"
@@ -68,7 +69,7 @@ pyrun() {
 # med NAME COL: median of column COL (1 wall, 2 rss) over the rounds.
 med() { cut -d' ' -f"$2" "$T/$1" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 met() { if le "$1" "$2"; then echo "met"; else echo "missed ($(ratio "$1" "$2")x the target)"; fi; }
 bytes() { cat "$@" | wc -c; }
