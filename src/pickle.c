@@ -715,9 +715,9 @@ static int run(Pk *k, PkVal **out)
 			return fail(k, "unknown opcode; the file is not a pickle or is damaged");
 		}
 		uint64_t u;
-		const unsigned char *b;
+		const unsigned char *b = NULL;
 		PkVal *v, *x, *y;
-		size_t from;
+		size_t from = 0;
 		switch (c) {
 		case 0x80: /* PROTO */
 			if (rd(k, 1, &u))
