@@ -16,7 +16,13 @@ typedef struct {
 	Zip z;
 	const char *archive; /* "name/" */
 	Map data;            /* member name -> ZipMember read, as WMapping */
+	size_t visits;       /* modules walked: shared submodules multiply paths */
 } Pt;
+
+/* A module shared under two names is walked twice, as state_dict() does;
+ * these bounds stop a hostile pickle from doubling that at every level or
+ * growing names without end. */
+enum { MAXVISITS = 1 << 20, MAXNAME = 4096 };
 
 static int resolve(void *ctx, PkStorage *st, Err *e)
 {
@@ -133,8 +139,14 @@ static int ismodule(const PkVal *v)
 static int walk(Pt *c, const char *prefix, const PkVal *v, int depth, Err *e)
 {
 	if (depth > PK_MAXDEPTH)
-		return errf(e, "%s: module tree at '%s' deeper than %d levels or cyclic; the checkpoint is damaged",
-			c->w->path, prefix, PK_MAXDEPTH);
+		return errf(e, "%s: module tree deeper than %d levels or cyclic; the checkpoint is damaged",
+			c->w->path, PK_MAXDEPTH);
+	if (strlen(prefix) > MAXNAME)
+		return errf(e, "%s: module path '%.40s...' longer than %d bytes; the module tree is cyclic or the checkpoint hostile",
+			c->w->path, prefix, MAXNAME);
+	if (++c->visits > MAXVISITS)
+		return errf(e, "%s: module tree with more than %d module paths (shared submodules at every level); the checkpoint is hostile or damaged",
+			c->w->path, MAXVISITS);
 	if (v->kind == PK_DICT) /* a state_dict: tensors by key; other entries are not weights */
 		for (size_t i = 0; i < v->u.dict.n; i++) {
 			const PkVal *k = v->u.dict.k[i], *x = v->u.dict.v[i];

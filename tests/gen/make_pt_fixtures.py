@@ -84,6 +84,11 @@ bf = {"w": torch.randn(3, 5).to(torch.bfloat16), "wt": torch.randn(4, 3).to(torc
 save("bf16", bf, bf)
 
 
+def stamp(name):
+    """A fixed date, so regenerating leaves unchanged files unchanged."""
+    return zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+
+
 def rewrite(src, dst, edit, extra=None):
     """Copies a checkpoint's members, letting edit(name, data) change them
     (None drops one) and adding the members in extra."""
@@ -92,9 +97,9 @@ def rewrite(src, dst, edit, extra=None):
         for i in zi.infolist():
             d = edit(i.filename, zi.read(i.filename))
             if d is not None:
-                zo.writestr(i.filename, d)
+                zo.writestr(stamp(i.filename), d)
         for n, d in (extra or {}).items():
-            zo.writestr(n, d)
+            zo.writestr(stamp(n), d)
 
 
 # Malformed files for the error tests.
@@ -107,3 +112,20 @@ rewrite("sd_fp32.pt", "bad_nopickle.pt",
         lambda n, d: None if n.endswith("/data.pkl") else d)
 torch.save({"w": torch.ones(2)}, os.path.join(out, "bad_legacy.pt"),
            _use_new_zipfile_serialization=False)
+
+
+def node(mods, params=None):
+    n = ptmods.Node()
+    n._parameters = params or {}
+    n._buffers = {}
+    n._modules = mods
+    return n
+
+
+cyc = node({})
+cyc._modules["again"] = cyc
+torch.save(cyc, os.path.join(out, "bad_cyclic.pt"))
+wide = node({}, {"w": torch.ones(1)})
+for _ in range(40):  # 2**40 module paths through shared children
+    wide = node({"a": wide, "b": wide})
+torch.save(wide, os.path.join(out, "bad_wide.pt"))

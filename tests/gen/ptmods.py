@@ -31,3 +31,8 @@ class Net(nn.Module):
         super().__init__()
         self.model = nn.Sequential(ConvBN(3, 4, 3), MoE(4, 3), nn.Conv2d(4, 2, 1))
         self.register_parameter("unused", None)
+
+
+class Node:
+    """A plain object shaped like a module, for hostile trees the reader
+    must refuse (torch.nn.Module forbids cycles; pickle does not)."""
