@@ -251,23 +251,23 @@ static const PkVal *select_(Pt *c, const PkVal *top, const char *key, const char
 	return top;
 }
 
+/* torch.save writes <archive>/data.pkl; torch.jit.save writes one too,
+ * beside constants.pkl and code/, with a different object layout. */
 static int archive(Pt *c, const ZipMember **pkl, Err *e)
 {
-	for (size_t i = 0; i < c->z.n; i++) {
-		const char *n = c->z.m[i].name, *sl = strchr(n, '/');
-		if (sl && strcmp(sl, "/data.pkl") == 0) {
-			c->archive = arena_printf(c->w->a, "%.*s/", (int)(sl - n), n);
-			*pkl = &c->z.m[i];
-			return 0;
-		}
-	}
 	for (size_t i = 0; i < c->z.n; i++) {
 		const char *n = c->z.m[i].name, *sl = strchr(n, '/');
 		if (sl && strcmp(sl, "/constants.pkl") == 0)
 			return errf(e, "%s: a TorchScript archive (torch.jit.save), not a torch.save checkpoint; save the model's state_dict with torch.save",
 				c->w->path);
+		if (sl && strcmp(sl, "/data.pkl") == 0 && !*pkl) {
+			c->archive = arena_printf(c->w->a, "%.*s/", (int)(sl - n), n);
+			*pkl = &c->z.m[i];
+		}
 	}
-	return errf(e, "%s: zip without <archive>/data.pkl; not a torch.save checkpoint", c->w->path);
+	if (!*pkl)
+		return errf(e, "%s: zip without <archive>/data.pkl; not a torch.save checkpoint", c->w->path);
+	return 0;
 }
 
 static int byteorder(Pt *c, Err *e)

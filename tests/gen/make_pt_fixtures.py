@@ -75,7 +75,8 @@ ref("det_ema_model", list(a.state_dict().items()))  # the same file read with ke
 
 base = torch.arange(24, dtype=torch.float32).reshape(4, 6) * 0.5 - 3
 nc = {"base": base, "t": base.t(), "rows": base[1:3], "col": base[:, 2],
-      "step": base[::2, 1::3], "expand": torch.tensor([1.5, -2.0]).expand(3, 2)}
+      "step": base[::2, 1::3], "expand": torch.tensor([1.5, -2.0]).expand(3, 2),
+      "sub": base[2].as_subclass(ptmods.Tagged), "param": torch.nn.Parameter(base[3, 1:4])}
 save("noncontig", nc, nc)
 
 torch.manual_seed(9)
@@ -129,3 +130,4 @@ wide = node({}, {"w": torch.ones(1)})
 for _ in range(40):  # 2**40 module paths through shared children
     wide = node({"a": wide, "b": wide})
 torch.save(wide, os.path.join(out, "bad_wide.pt"))
+torch.jit.script(torch.nn.Linear(2, 2)).save(os.path.join(out, "bad_torchscript.pt"))

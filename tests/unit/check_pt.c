@@ -176,6 +176,7 @@ START_TEST(bad_archives)
 		"sd_fp32/data.pkl: offset 158 (BINPERSID): storage '0' holds 216 bytes, 108 elements of 4 bytes declared; the file is truncated");
 	expect_open_error("bad_bigendian", NULL, "big-endian checkpoint");
 	expect_open_error("bad_nopickle", NULL, "zip without <archive>/data.pkl; not a torch.save checkpoint");
+	expect_open_error("bad_torchscript", NULL, "a TorchScript archive (torch.jit.save), not a torch.save checkpoint");
 	expect_open_error("bad_legacy", NULL, "legacy torch.save format");
 	expect_open_error("det_ema", "opt", "checkpoint_key 'opt' not found; entries: 'model', 'ema', 'epoch', 'optimizer', 'train_args'");
 	expect_open_error("det_noema", "ema", "checkpoint entry 'ema' is None");
