@@ -3,7 +3,9 @@
 tensors in a form the C tests read without any reader under test:
 NAME.ref (one line per tensor: key onnx_dtype ndim dims... byte_offset nbytes)
 and NAME.bin (the tensors' bytes, little-endian, contiguous, concatenated).
-Run with Debian's python3-torch: /usr/bin/python3 tests/gen/make_pt_fixtures.py"""
+Run with Debian's python3-torch: /usr/bin/python3 tests/gen/make_pt_fixtures.py
+Every file is reproducible except bad_legacy.pt and bad_torchscript.pt, whose
+bytes vary between runs (object ids, timestamps) but not their meaning."""
 import io
 import os
 import sys
