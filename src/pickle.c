@@ -336,9 +336,11 @@ static int memo_put(Pk *k, uint64_t i)
 
 static int memo_get(Pk *k, uint64_t i)
 {
-	if (i >= k->nmemo || !k->memo[i])
+	if (i >= k->nmemo)
 		return fail(k, "memo index %llu out of range (%zu set); the pickle is damaged",
 			(unsigned long long)i, k->nmemo);
+	if (!k->memo[i])
+		return fail(k, "memo index %llu was never set; the pickle is damaged", (unsigned long long)i);
 	return push(k, k->memo[i]);
 }
 
@@ -542,8 +544,15 @@ static PkVal *opaque(Pk *k, PkVal *fn, PkVal *args)
 	PkVal *v = mk(k, PK_OBJ);
 	v->u.obj.fn = fn;
 	v->u.obj.args = args;
-	v->u.obj.cls = fn->kind == PK_GLOBAL ?
-		arena_printf(k->a, "%s.%s", fn->u.glob.module, fn->u.glob.name) : "?";
+	/* copyreg's helpers construct their first argument: name that class */
+	PkVal *cls = fn;
+	if (fn->kind == PK_GLOBAL && strcmp(fn->u.glob.module, "copyreg") == 0 &&
+	    args->kind == PK_TUPLE && args->u.seq.n > 0 && args->u.seq.v[0]->kind == PK_GLOBAL &&
+	    (strcmp(fn->u.glob.name, "_reconstructor") == 0 || strcmp(fn->u.glob.name, "__newobj__") == 0 ||
+	     strcmp(fn->u.glob.name, "__newobj_ex__") == 0))
+		cls = args->u.seq.v[0];
+	v->u.obj.cls = cls->kind == PK_GLOBAL ?
+		arena_printf(k->a, "%s.%s", cls->u.glob.module, cls->u.glob.name) : "?";
 	if (nest(k, v, args))
 		return NULL;
 	return v;

@@ -227,7 +227,8 @@ START_TEST(bad_pickles)
 	PK("\x80\x06N.", "t.pkl: offset 0 (PROTO): pickle protocol 6 unsupported");
 	PK("\x80\x02h\x05", "t.pkl: offset 2 (BINGET): memo index 5 out of range (0 set)");
 	PK("\x80\x02Nr\xff\xff\xff\x7f", "t.pkl: offset 3 (LONG_BINPUT): memo index 2147483647 out of range");
-	PK("\x80\x02Nq\x03h\x02", "t.pkl: offset 5 (BINGET): memo index 2 out of range (4 set)");
+	PK("\x80\x02Nq\x03h\x02", "t.pkl: offset 5 (BINGET): memo index 2 was never set");
+	PK("\x80\x02Nq\x03h\x04", "t.pkl: offset 5 (BINGET): memo index 4 out of range (4 set)");
 	PK("\x80\x02K\x01N\x81", "t.pkl: offset 5 (NEWOBJ): arguments are a None, not a tuple");
 	PK("\x80\x02K\x01}b", "t.pkl: offset 5 (BUILD): BUILD on a int");
 	PK("\x80\x02NK\x01K\x02s", "t.pkl: offset 7 (SETITEM): SETITEM on a None");
@@ -280,6 +281,14 @@ START_TEST(pickle_values)
 	ck_assert_int_eq(pk_attr(v, "x")->u.i, -2);
 	ck_assert(pk_attr(v, "f")->u.f == 0.5);
 	ck_assert_ptr_null(pk_attr(v, "y"));
+
+	/* protocol 1 style: copyreg._reconstructor(mod.Old, object, None), then BUILD */
+	static const char old[] = "\x80\x02" "ccopyreg\n_reconstructor\n(cmod\nOld\ncbuiltins\nobject\nNtR"
+		"}X\x01\x00\x00\x00" "aK\x09sb.";
+	v = pk_load(old, sizeof old - 1, "r.pkl", NULL, NULL, a, &e);
+	ck_assert_msg(v, "%s", e.msg);
+	ck_assert_str_eq(v->u.obj.cls, "mod.Old");
+	ck_assert_int_eq(pk_attr(v, "a")->u.i, 9);
 
 	/* OrderedDict with a repeated key (the later value wins, in place), a set, DUP/POP, memo */
 	static const char od[] = "\x80\x02" "ccollections\nOrderedDict\n)R(X\x01\x00\x00\x00" "aK\x01"
