@@ -403,6 +403,16 @@ static int getint(const PkVal *v, int64_t *out)
 	return 0;
 }
 
+/* A value standing for a tensor or storage this reader does not take; it
+ * stays harmless unless the weights asked for include it. */
+static PkVal *declined(Pk *k, PkVal *args, const char *why)
+{
+	PkVal *v = mk(k, PK_OBJ);
+	v->u.obj.args = args;
+	v->u.obj.cls = why;
+	return nest(k, v, args) ? NULL : v;
+}
+
 /* ('storage', storage_type, key, location, numel), as torch.save writes it. */
 static PkVal *persid(Pk *k, PkVal *pid)
 {
@@ -414,11 +424,11 @@ static PkVal *persid(Pk *k, PkVal *pid)
 		return NULL;
 	}
 	const DType *dt = storage_type(a[1]);
+	if (!dt && a[1]->kind == PK_GLOBAL) /* quantized and the like: fail only if asked for */
+		return declined(k, pid, arena_printf(k->a, "%s.%s (unsupported storage type)",
+			a[1]->u.glob.module, a[1]->u.glob.name));
 	if (!dt) {
-		fail(k, "unsupported storage type %s%s%s; re-save the checkpoint with float, half or bfloat16 weights",
-			a[1]->kind == PK_GLOBAL ? a[1]->u.glob.module : pk_kind_name(a[1]->kind),
-			a[1]->kind == PK_GLOBAL ? "." : "",
-			a[1]->kind == PK_GLOBAL ? a[1]->u.glob.name : "");
+		fail(k, "storage type is a %s, not a class name; the pickle is damaged", pk_kind_name(a[1]->kind));
 		return NULL;
 	}
 	int64_t numel;
@@ -471,6 +481,8 @@ static PkVal *rebuild_tensor(Pk *k, const char *fn, PkVal *args, const DType *dt
 {
 	PkVal **a = args->u.seq.v;
 	int64_t off;
+	if (args->u.seq.n >= 1 && a[0]->kind == PK_OBJ && !a[0]->u.obj.fn)
+		return declined(k, args, arena_printf(k->a, "torch._utils.%s of %s", fn, a[0]->u.obj.cls));
 	if (args->u.seq.n < 4 || a[0]->kind != PK_STORAGE || getint(a[1], &off) ||
 	    (a[2]->kind != PK_TUPLE && a[2]->kind != PK_LIST) ||
 	    (a[3]->kind != PK_TUPLE && a[3]->kind != PK_LIST) || off < 0) {
@@ -489,10 +501,9 @@ static PkVal *rebuild_tensor(Pk *k, const char *fn, PkVal *args, const DType *dt
 		fail(k, "%s: size has %zu dims, stride %zu", fn, nd, a[3]->u.seq.n);
 		return NULL;
 	}
-	if (nd > PK_MAXDIM) {
-		fail(k, "%s: tensor has %zu dims, at most %d are supported", fn, nd, PK_MAXDIM);
-		return NULL;
-	}
+	if (nd > PK_MAXDIM) /* an optimizer's odd tensor must not make the file unreadable */
+		return declined(k, args, arena_printf(k->a, "torch._utils.%s with %zu dims, at most %d supported",
+			fn, nd, PK_MAXDIM));
 	t->ndim = (int)nd;
 	int64_t numel = 1, last = off, want = 1;
 	t->contiguous = 1;

@@ -39,7 +39,7 @@ typedef struct {
 
 typedef struct {
 	const char *cls; /* "module.name" of the callable, or "?" when it was not a GLOBAL */
-	PkVal *fn, *args, *state;
+	PkVal *fn, *args, *state; /* fn NULL: a tensor the reader declined (cls says why) */
 	PkSeq items;     /* APPENDs on a list subclass */
 	PkDict dict;     /* SETITEMs on a dict subclass */
 } PkObj;

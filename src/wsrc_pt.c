@@ -147,10 +147,18 @@ static int walk(Pt *c, const char *prefix, const PkVal *v, int depth, Err *e)
 	if (++c->visits > MAXVISITS)
 		return errf(e, "%s: module tree with more than %d module paths (shared submodules at every level); the checkpoint is hostile or damaged",
 			c->w->path, MAXVISITS);
-	if (v->kind == PK_DICT) /* a state_dict: tensors by key; other entries are not weights */
+	/* A state_dict: tensors by key; other entries are not weights, except
+	 * tensors this reader cannot take (quantized, sparse, meta, > 8 dims),
+	 * which must not vanish silently. */
+	if (v->kind == PK_DICT)
 		for (size_t i = 0; i < v->u.dict.n; i++) {
 			const PkVal *k = v->u.dict.k[i], *x = v->u.dict.v[i];
-			if (strkey(k) && x->kind == PK_TENSOR && add(c, join(c, prefix, k), &x->u.t, e))
+			if (!strkey(k))
+				continue;
+			if (x->kind == PK_OBJ && strncmp(x->u.obj.cls, "torch._utils._rebuild", 21) == 0)
+				return errf(e, "%s: %s%s is a %s; this reader handles dense tensors only",
+					c->w->path, prefix, k->u.str.s, x->u.obj.cls);
+			if (x->kind == PK_TENSOR && add(c, join(c, prefix, k), &x->u.t, e))
 				return -1;
 		}
 	if (!ismodule(v))

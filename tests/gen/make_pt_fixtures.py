@@ -132,4 +132,10 @@ wide = node({}, {"w": torch.ones(1)})
 for _ in range(40):  # 2**40 module paths through shared children
     wide = node({"a": wide, "b": wide})
 torch.save(wide, os.path.join(out, "bad_wide.pt"))
+# A 9-dim tensor is refused only when it is among the weights asked for.
+nine = torch.zeros([1] * 9)
+save("dims9", {"model": {"w": base[0]}, "optimizer": {"big": nine}}, {"w": base[0]})
+torch.save({"w": base, "big": nine}, os.path.join(out, "bad_dims9.pt"))
+torch.save({"q": torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)},
+           os.path.join(out, "bad_qint.pt"))
 torch.jit.script(torch.nn.Linear(2, 2)).save(os.path.join(out, "bad_torchscript.pt"))

@@ -150,6 +150,8 @@ START_TEST(bf16)
 	WSrc *w = check_against(a, "bf16", NULL, "bf16");
 	ck_assert_int_eq(wsrc_get(w, "w")->dtype, 16);
 	wsrc_close(w);
+	/* a tensor the reader cannot take, outside the selected entry, is no obstacle */
+	wsrc_close(check_against(a, "dims9", NULL, "dims9"));
 	/* an explicit little-endian byteorder member is accepted */
 	wsrc_close(check_against(a, "little", NULL, "sd_fp32"));
 	arena_free(a);
@@ -177,6 +179,8 @@ START_TEST(bad_archives)
 	expect_open_error("bad_bigendian", NULL, "big-endian checkpoint");
 	expect_open_error("bad_nopickle", NULL, "zip without <archive>/data.pkl; not a torch.save checkpoint");
 	expect_open_error("bad_torchscript", NULL, "a TorchScript archive (torch.jit.save), not a torch.save checkpoint");
+	expect_open_error("bad_dims9", NULL, "big is a torch._utils._rebuild_tensor_v2 with 9 dims, at most 8 supported; this reader handles dense tensors only");
+	expect_open_error("bad_qint", NULL, "q is a torch._utils._rebuild_qtensor; this reader handles dense tensors only");
 	expect_open_error("bad_legacy", NULL, "legacy torch.save format");
 	expect_open_error("det_ema", "opt", "checkpoint_key 'opt' not found; entries: 'model', 'ema', 'epoch', 'optimizer', 'train_args'");
 	expect_open_error("det_noema", "ema", "checkpoint entry 'ema' is None");
@@ -233,8 +237,8 @@ START_TEST(bad_pickles)
 	PK("\x80\x02K\x01}b", "t.pkl: offset 5 (BUILD): BUILD on a int");
 	PK("\x80\x02NK\x01K\x02s", "t.pkl: offset 7 (SETITEM): SETITEM on a None");
 	PK("\x80\x02NQ", "t.pkl: offset 3 (BINPERSID): unsupported persistent id (a None)");
-	PK("\x80\x02" "(X\x07\x00\x00\x00storagec" "torch\nQInt8Storage\nX\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpu" "K\x01tQ",
-		"t.pkl: offset 52 (BINPERSID): unsupported storage type torch.QInt8Storage");
+	PK("\x80\x02" "(X\x07\x00\x00\x00storageNX\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpu" "K\x01tQ",
+		"t.pkl: offset 33 (BINPERSID): storage type is a None, not a class name");
 	PK("\x80\x02" "P0\n", "t.pkl: offset 2 (PERSID): opcode not supported");
 	/* storage past the end of its member: 100 floats in 64 bytes */
 	PK("\x80\x02" STORAGE("Kd"), "t.pkl: offset 52 (BINPERSID): storage '0' holds 64 bytes, 100 elements of 4 bytes declared");
@@ -289,6 +293,14 @@ START_TEST(pickle_values)
 	ck_assert_msg(v, "%s", e.msg);
 	ck_assert_str_eq(v->u.obj.cls, "mod.Old");
 	ck_assert_int_eq(pk_attr(v, "a")->u.i, 9);
+
+	/* a tensor on a storage type the reader does not take loads as a declined value */
+	static const char q[] = "\x80\x02" REBUILD "(X\x07\x00\x00\x00storagec" "torch\nQInt8Storage\n"
+		"X\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpu" "K\x01tQK\x00K\x01\x85K\x01\x85\x89NtR.";
+	v = pk_load(q, sizeof q - 1, "q.pkl", NULL, NULL, a, &e);
+	ck_assert_msg(v, "%s", e.msg);
+	ck_assert_int_eq(v->kind, PK_OBJ);
+	ck_assert_str_eq(v->u.obj.cls, "torch._utils._rebuild_tensor_v2 of torch.QInt8Storage (unsupported storage type)");
 
 	/* OrderedDict with a repeated key (the later value wins, in place), a set, DUP/POP, memo */
 	static const char od[] = "\x80\x02" "ccollections\nOrderedDict\n)R(X\x01\x00\x00\x00" "aK\x01"
