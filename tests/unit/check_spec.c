@@ -140,6 +140,8 @@ START_TEST(spec_errors)
 		"1:10: schema version 2 is not supported; this tool reads version 1");
 	refuse(HEAD "  - {scope: model.1, experts: 4, top_k: 2, router: {index: a}}\n",
 		"3:53: unknown key 'index' in 'router'; did you mean 'indices'?");
+	refuse(HEAD "  - {scope: model.1, experts: 4, top_k: 2}\n---\nmoe: []\n",
+		"5:1: a second YAML document; experts.yaml holds exactly one");
 	refuse(HEAD "  - model.1\n",
 		"3:5: each 'moe' entry must be a mapping (scope, experts, top_k, ...), not a scalar");
 }
