@@ -122,8 +122,9 @@ static int keys(P *p, const yaml_node_t *map, const char *what, const char *cons
 				if (d < best)
 					best = d, bi = j;
 			}
-			size_t len = strlen(text(k));
-			if (best <= 2 && best < len)
+			/* Close enough to be a typo: two edits, or under half the longer word. */
+			size_t len = strlen(text(k)), kl = strlen(known[bi]);
+			if ((best <= 2 && best < len) || 2 * best < (len > kl ? len : kl))
 				return at(p, k, "unknown key '%s' in %s; did you mean '%s'?", text(k), what, known[bi]);
 			char list[400] = "";
 			for (size_t j = 0; j < nk; j++)
@@ -308,6 +309,19 @@ static int load(P *p, const char *src, size_t len, Spec *s)
 			}
 		s->nlayer = i + 1;
 	}
+	/* A second document would be silently ignored: refuse it instead. */
+	yaml_document_t more;
+	if (!yaml_parser_load(&ps, &more)) {
+		syntax(p, &ps, src, len);
+		goto out;
+	}
+	yaml_node_t *mr = yaml_document_get_root_node(&more);
+	if (mr) {
+		at(p, mr, "a second YAML document; experts.yaml holds exactly one");
+		yaml_document_delete(&more);
+		goto out;
+	}
+	yaml_document_delete(&more);
 	rc = 0;
 out:
 	yaml_document_delete(&doc);
