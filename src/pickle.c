@@ -595,6 +595,8 @@ static PkVal *call(Pk *k, PkVal *fn, PkVal *args, int depth)
 		}
 		if (strcmp(f, "_rebuild_parameter") == 0 ||
 		    strcmp(f, "_rebuild_parameter_with_state") == 0) {
+			if (n >= 1 && a[0]->kind == PK_OBJ && !a[0]->u.obj.fn)
+				return a[0]; /* declined data stays declined */
 			if (n < 1 || a[0]->kind != PK_TENSOR) {
 				fail(k, "%s expects a tensor first; the pickle is damaged", f);
 				return NULL;

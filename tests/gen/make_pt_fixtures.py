@@ -134,7 +134,8 @@ for _ in range(40):  # 2**40 module paths through shared children
 torch.save(wide, os.path.join(out, "bad_wide.pt"))
 # A 9-dim tensor is refused only when it is among the weights asked for.
 nine = torch.zeros([1] * 9)
-save("dims9", {"model": {"w": base[0]}, "optimizer": {"big": nine}}, {"w": base[0]})
+save("dims9", {"model": {"w": base[0]}, "optimizer": {"big": nine, "p": torch.nn.Parameter(nine)}},
+     {"w": base[0]})
 torch.save({"w": base, "big": nine}, os.path.join(out, "bad_dims9.pt"))
 torch.save({"q": torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)},
            os.path.join(out, "bad_qint.pt"))
