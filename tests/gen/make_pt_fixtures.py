@@ -6,11 +6,12 @@ and NAME.bin (the tensors' bytes, little-endian, contiguous, concatenated).
 Run with Debian's python3-torch: /usr/bin/python3 tests/gen/make_pt_fixtures.py
 Every file is reproducible except bad_legacy.pt and bad_torchscript.pt, whose
 bytes vary between runs (object ids, timestamps) but not their meaning."""
-import io
+import argparse
 import os
 import sys
 import zipfile
 
+import numpy as np
 import torch
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -57,6 +58,10 @@ def net(seed):
             mod.running_mean.uniform_(-1, 1)
             mod.running_var.uniform_(0.5, 2)
             mod.num_batches_tracked.fill_(seed)
+    # what detector trainers hang on a model: none of it is a weight
+    m.stride = torch.tensor([8.0, 16.0])
+    m.names = {0: "person", 1: "car"}
+    m.args = argparse.Namespace(imgsz=64, half=True)
     return m
 
 
@@ -72,7 +77,9 @@ a = net(4).half()
 save("det_noema", {"model": a, "ema": None, "epoch": 3, "optimizer": None}, a.state_dict())
 a, b = net(5).half(), net(6).half()
 save("det_ema", {"model": a, "ema": b, "epoch": 7, "optimizer": None,
-                 "train_args": {"lr": 0.01, "names": ["a", "b"]}}, b.state_dict())
+                 "train_args": {"lr": 0.01, "names": ["a", "b"]},
+                 "train_metrics": np.arange(3, dtype=np.float32), "date": "2026-11-29"},
+     b.state_dict())
 ref("det_ema_model", list(a.state_dict().items()))  # the same file read with key 'model'
 
 base = torch.arange(24, dtype=torch.float32).reshape(4, 6) * 0.5 - 3
