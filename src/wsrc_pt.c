@@ -15,7 +15,7 @@ typedef struct {
 	WSrc *w;
 	Zip z;
 	const char *archive; /* "name/" */
-	Map data;            /* member name -> ZipMember read, as WMapping */
+	Map data;            /* member name -> WMapping of its bytes (in place, or inflated) */
 	size_t visits;       /* modules walked: shared submodules multiply paths */
 } Pt;
 
