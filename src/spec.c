@@ -309,6 +309,19 @@ static int load(P *p, const char *src, size_t len, Spec *s)
 			}
 		s->nlayer = i + 1;
 	}
+	/* A second document would be silently ignored: refuse it instead. */
+	yaml_document_t more;
+	if (!yaml_parser_load(&ps, &more)) {
+		syntax(p, &ps, src, len);
+		goto out;
+	}
+	yaml_node_t *mr = yaml_document_get_root_node(&more);
+	if (mr) {
+		at(p, mr, "a second YAML document; experts.yaml holds exactly one");
+		yaml_document_delete(&more);
+		goto out;
+	}
+	yaml_document_delete(&more);
 	rc = 0;
 out:
 	yaml_document_delete(&doc);

@@ -140,6 +140,8 @@ START_TEST(spec_errors)
 		"1:10: schema version 2 is not supported; this tool reads version 1");
 	refuse(HEAD "  - {scope: model.1, experts: 4, top_k: 2, router: {index: a}}\n",
 		"3:53: unknown key 'index' in 'router'; did you mean 'indices'?");
+	refuse(HEAD "  - {scope: model.1, experts: 4, top_k: 2}\n---\nmoe: []\n",
+		"5:1: a second YAML document; experts.yaml holds exactly one");
 	refuse(HEAD "  - model.1\n",
 		"3:5: each 'moe' entry must be a mapping (scope, experts, top_k, ...), not a scalar");
 }
@@ -152,6 +154,32 @@ START_TEST(spec_missing_file)
 	Err e;
 	ck_assert_int_eq(spec_load(&s, tu_path("nope.yaml"), a, &e), -1);
 	tu_err_has(e.msg, "nope.yaml: No such file or directory");
+	arena_free(a);
+}
+END_TEST
+
+/* The commented reference schema/experts.yaml stays a valid file, with
+ * every key present: it is loaded beside an (empty) model.safetensors. */
+START_TEST(spec_reference)
+{
+	FILE *f = fopen(tu_srcfile("schema/experts.yaml"), "rb");
+	ck_assert_ptr_nonnull(f);
+	static char buf[16384];
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	Arena *a = arena_new();
+	Spec s;
+	Err e = { "" };
+	ck_assert_msg(load_yaml(buf, &s, a, &e) == 0, "%s", e.msg);
+	ck_assert_uint_eq(s.nlayer, 2);
+	const SpecLayer *l = &s.layer[0];
+	ck_assert_ptr_nonnull(l->router_indices);
+	ck_assert_ptr_nonnull(l->router_weights);
+	ck_assert_ptr_nonnull(l->input);
+	ck_assert_ptr_nonnull(l->output);
+	ck_assert_ptr_nonnull(l->checkpoint_key);
+	ck_assert_int_eq(s.layer[1].experts, 8);
 	arena_free(a);
 }
 END_TEST
@@ -204,6 +232,7 @@ int main(void)
 	tcase_add_test(tc, spec_full);
 	tcase_add_test(tc, spec_errors);
 	tcase_add_test(tc, spec_missing_file);
+	tcase_add_test(tc, spec_reference);
 	tcase_add_test(tc, spec_corpus);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
