@@ -90,7 +90,7 @@ void *arena_alloc(Arena *a, size_t n)
 
 void *arena_dup(Arena *a, const void *p, size_t n)
 {
-	void *q = arena_alloc(a, n ? n : 1);
+	void *q = arena_alloc_raw(a, n ? n : 1);
 	if (n)
 		memcpy(q, p, n);
 	return q;

@@ -27,4 +27,21 @@ uint64_t map_hash(const char *s);
 
 /* Iterate: for (size_t i = 0; i < m.cap; i++) if (m.slot[i].key) ... */
 
+
+
+/* Pointer-keyed map, for side tables over protobuf objects (node -> info). */
+typedef struct {
+	const void *key;
+	void *val;
+} PMapSlot;
+
+typedef struct {
+	Arena *a;
+	PMapSlot *slot;
+	size_t cap, len;
+} PMap;
+
+void pmap_init(PMap *m, Arena *a, size_t hint);
+void *pmap_get(const PMap *m, const void *key);
+void pmap_put(PMap *m, const void *key, void *val);
 #endif

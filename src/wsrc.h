@@ -20,7 +20,8 @@ typedef struct {
 	int dtype;
 	int ndim;
 	int64_t dims[WT_MAXDIM];
-	const void *data; /* little-endian, contiguous row-major; in a mapping or the arena */
+	const void *data; /* little-endian, contiguous row-major; in a mapping or the arena;
+	                   * not necessarily aligned (safetensors offsets are arbitrary): memcpy */
 	size_t nbytes;
 } WTensor;
 
@@ -33,7 +34,7 @@ typedef struct {
 	const char *path;
 	WTensor *t;
 	size_t n;
-	Map byname;
+	Map byname;      /* name -> (void *)(index + 1) into t, which moves as it grows */
 	WMapping *maps; /* unmapped by wsrc_close */
 	size_t nmaps;
 	Arena *a;
@@ -46,13 +47,21 @@ typedef struct {
 WSrc *wsrc_open(const char *path, const char *key, Arena *a, Err *e);
 void wsrc_close(WSrc *w);
 const WTensor *wsrc_get(const WSrc *w, const char *name);
+/* The error for a key that is not there: names the file and lists the keys
+ * found under `under` (the expert's path), or says none start with it.
+ * Returns -1. */
+int wsrc_missing(const WSrc *w, const char *key, const char *under, Err *e);
 
 /* Helpers shared by the readers. */
 int wsrc_add(WSrc *w, const WTensor *t, Err *e); /* duplicate names are an error */
 int wsrc_mmap(WSrc *w, const char *path, const void **base, size_t *len, Err *e);
 size_t wt_dtype_size(int dtype);            /* 0 for unknown */
 const char *wt_dtype_name(int dtype);
-int64_t wt_numel(const WTensor *t);         /* -1 on overflow */
+int64_t wt_numel(const WTensor *t);         /* -1 on overflow or a negative dim */
+int64_t wt_nbytes(const WTensor *t);        /* numel * dtype size; -1 on overflow or unknown dtype */
+/* Converts between float, float16, bfloat16 and double (round to nearest
+ * even); same dtype: *out = *t, no copy. Other pairs are an error. */
+int wt_convert(const WTensor *t, int dtype, Arena *a, WTensor *out, Err *e);
 /* Converts any float type (f16, bf16, f32, f64) to f32; -1 for other types. */
 int wt_to_f32(const WTensor *t, float *out, Err *e);
 float wt_f16_to_f32(uint16_t h);
@@ -60,7 +69,9 @@ float wt_bf16_to_f32(uint16_t h);
 uint16_t wt_f32_to_f16(float f);
 uint16_t wt_f32_to_bf16(float f);
 
-/* Per-format openers, called by wsrc_open. */
+/* Per-format openers, called by wsrc_open with w->path, w->a and an empty
+ * index. Their messages need not name the file: wsrc_open prefixes
+ * "PATH: " unless the message already starts with it. */
 int wsrc_read_safetensors(WSrc *w, Err *e);
 int wsrc_read_npz(WSrc *w, Err *e);
 int wsrc_read_npydir(WSrc *w, Err *e);

@@ -1,0 +1,225 @@
+/* Densify: every expert on the full input, GatherElements picks the top-k
+ * outputs, weighted sum. The result takes over the routed sum's name, so
+ * its consumers (and a graph output of that name) need no rewiring, and
+ * the old dispatch dies in dead-node elimination. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe.h"
+
+/* "experts.1" within a name becomes "experts.2": cloned nodes read like the
+ * exporter's own, and count under the right module path. */
+static const char *reseg(Ctx *c, const char *name, const char *from, const char *to)
+{
+	const char *p = strstr(name, from);
+	size_t lf = strlen(from);
+	while (p) {
+		char after = p[lf];
+		int start = p == name || p[-1] == '/' || p[-1] == '.';
+		if (start && (after == '/' || after == '.' || after == '_' || !after))
+			return arena_printf(c->a, "%.*s%s%s", (int)(p - name), name, to, p + lf);
+		p = strstr(p + 1, from);
+	}
+	return arena_printf(c->a, "%s_%s", name, to);
+}
+
+static const char *seg(Ctx *c, const Layer *L, int id)
+{
+	const char *full = expert_path(c, L->spec, id);
+	return full + strlen(L->scope) + 1;
+}
+
+static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m, int id,
+				WSrc *w, Err *e)
+{
+	const char *from = seg(c, L, tpl->id), *to = seg(c, L, id);
+	const char *pre = arena_printf(c->a, "%s%s.", L->spec->prefix ? L->spec->prefix : "",
+				       expert_path(c, L->spec, id));
+	/* New tensors by template slot. */
+	const char ***over = arena_alloc(c->a, tpl->nnode * sizeof *over);
+	for (size_t i = 0; i < tpl->nnode; i++)
+		over[i] = arena_alloc(c->a, (tpl->node[i]->n_input + 1) * sizeof **over);
+	for (size_t i = 0; i < m->n; i++) {
+		const Recipe *r = &m->r[i];
+		if (r->kind == R_SHARED)
+			continue;
+		const Tensor *t = g_const(tpl->g, r->tname);
+		void *data;
+		size_t nb;
+		if (moe_build(c, L, r, t, id, w, &data, &nb, e))
+			return NULL;
+		const char *name = r->kind == R_FOLD_W ? arena_printf(c->a, "%s%s:bnfold", pre, r->rest)
+				   : r->kind == R_FOLD_B ? arena_printf(c->a, "%s%s.bias:bnfold", pre, r->bn)
+							 : arena_printf(c->a, "%s%s", pre, r->rest);
+		Tensor *nt = g_add_init(c, c->g, name, t->data_type, t->dims, t->n_dims, data, nb);
+		over[r->node][r->input] = nt->name;
+	}
+	Map ren;
+	map_init(&ren, c->a, tpl->nnode * 2);
+	for (size_t i = 0; i < tpl->nnode; i++) {
+		const Node *s = tpl->node[i];
+		Node *n = g_clone_node(c, c->g, s);
+		n->name = (char *)g_fresh(c, reseg(c, s->name ? s->name : s->op_type, from, to));
+		for (size_t j = 0; j < n->n_input; j++) {
+			const char *r = over[i][j] ? over[i][j] : map_get(&ren, s->input[j]);
+			if (!r && strcmp(s->input[j], tpl->in) == 0)
+				r = L->x;
+			if (r)
+				n->input[j] = (char *)r;
+		}
+		for (size_t j = 0; j < n->n_output; j++) {
+			if (!*s->output[j])
+				continue;
+			n->output[j] = (char *)g_fresh(c, reseg(c, s->output[j], from, to));
+			map_put(&ren, s->output[j], n->output[j]);
+		}
+	}
+	return map_get(&ren, tpl->out);
+}
+
+/* Emission helpers: axes as inputs from opset 13, attributes before. */
+typedef struct {
+	Ctx *c;
+	const char *pfx;
+	const char *one; /* int64 [1] initializer, opset >= 13 */
+} Emit;
+
+static const char *emit(Emit *m, const char *op, const char *const *in, size_t nin)
+{
+	const char *out = g_fresh(m->c, arena_printf(m->c->a, "%s%s_output_0", m->pfx, op));
+	g_add_node(m->c, m->c->g, op, arena_printf(m->c->a, "%s%s", m->pfx, op), in, nin, &out, 1);
+	return out;
+}
+
+static Node *last_node(Ctx *c)
+{
+	return c->g->gp->node[c->g->gp->n_node - 1];
+}
+
+static const char *emit_axis1(Emit *m, const char *op, const char *x)
+{
+	if (m->c->opset >= 13) {
+		const char *in[] = { x, m->one };
+		return emit(m, op, in, 2);
+	}
+	const char *out = emit(m, op, &x, 1);
+	int64_t one = 1;
+	g_set_attr_ints(m->c, last_node(m->c), "axes", &one, 1);
+	return out;
+}
+
+static const char *emit_gather1(Emit *m, const char *x, const char *idx)
+{
+	const char *in[] = { x, idx };
+	const char *out = emit(m, "Gather", in, 2);
+	g_set_attr_i(m->c, last_node(m->c), "axis", 1);
+	return out;
+}
+
+static const char *ones_shape(Emit *m, int rank)
+{
+	int64_t v[16];
+	v[0] = -1;
+	for (int i = 1; i < rank; i++)
+		v[i] = 1;
+	return g_add_init_i64(m->c, m->c->g, arena_printf(m->c->a, "%sshape_%d", m->pfx, rank), v, (size_t)rank, 0)
+		->name;
+}
+
+int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
+{
+	int E = L->spec->experts, k = L->spec->top_k;
+	if (L->rank + 1 > 16)
+		return errf(e, "layer %s: expert outputs of rank %d are not supported", L->scope, L->rank);
+	if (c->opset < 11)
+		return errf(e, "layer %s: opset %d has no GatherElements; re-export with opset 11 or newer", L->scope,
+			    c->opset);
+	const char **y = arena_alloc(c->a, (size_t)E * sizeof *y);
+	for (size_t i = 0; i < L->nex; i++)
+		y[L->ex[i].id] = L->ex[i].out;
+
+	/* Missing experts, cloned from the first present one. */
+	lr->inserted = arena_alloc(c->a, (size_t)E * sizeof *lr->inserted);
+	if ((int)L->nex < E) {
+		if (!w)
+			return errf(e, "layer %s: %d of %d experts are missing and no weights are given; set `weights:` in experts.yaml",
+				    L->scope, E - (int)L->nex, E);
+		Mapping m;
+		if (moe_map(c, L, &L->ex[0], w, &m, e))
+			return -1;
+		lr->map_maxdiff = m.maxdiff;
+		for (int id = 0; id < E; id++) {
+			if (y[id])
+				continue;
+			if (!(y[id] = clone_expert(c, L, &L->ex[0], &m, id, w, e)))
+				return -1;
+			lr->inserted[lr->ninserted++] = id;
+		}
+	}
+
+	/* Present experts run on the full input, outside any If. */
+	for (size_t i = 0; i < L->nex; i++) {
+		Expert *x = &L->ex[i];
+		for (size_t j = 0; j < x->nnode; j++) {
+			Node *n = x->node[j];
+			if (x->g != c->g)
+				g_move_node(c, n, c->g);
+			for (size_t q = 0; q < n->n_input; q++)
+				if (strcmp(n->input[q], x->in) == 0)
+					n->input[q] = (char *)L->x;
+		}
+	}
+
+	/* [B,E,...] stack, then per slot: GatherElements, weight, sum. */
+	Emit m = { c, arena_printf(c->a, "/%s/dense/", L->scope), NULL };
+	if (c->opset >= 13) {
+		int64_t one = 1;
+		m.one = g_add_init_i64(c, c->g, arena_printf(c->a, "%saxes_1", m.pfx), &one, 1, 0)->name;
+	}
+	const char **u = arena_alloc(c->a, (size_t)E * sizeof *u);
+	for (int id = 0; id < E; id++)
+		u[id] = emit_axis1(&m, "Unsqueeze", y[id]);
+	const char *stack = emit(&m, "Concat", u, (size_t)E);
+	g_set_attr_i(c, last_node(c), "axis", 1);
+	const char *shape = emit(&m, "Shape", &u[0], 1);
+	const char *idx_shape = ones_shape(&m, L->rank + 1), *w_shape = ones_shape(&m, L->rank);
+	const char *sum = NULL;
+	for (int j = 0; j < k; j++) {
+		int64_t jj = j;
+		const char *slot =
+			g_add_init_i64(c, c->g, arena_printf(c->a, "%sslot_%d", m.pfx, j), &jj, 1, 1)->name;
+		const char *ij = emit_gather1(&m, L->indices, slot);
+		const char *r1[] = { ij, idx_shape };
+		const char *ir = emit(&m, "Reshape", r1, 2);
+		const char *x1[] = { ir, shape };
+		const char *ie = emit(&m, "Expand", x1, 2);
+		const char *g1[] = { stack, ie };
+		const char *ge = emit(&m, "GatherElements", g1, 2);
+		g_set_attr_i(c, last_node(c), "axis", 1);
+		const char *sq = emit_axis1(&m, "Squeeze", ge);
+		const char *wj = emit_gather1(&m, L->weights, slot);
+		const char *r2[] = { wj, w_shape };
+		const char *wr = emit(&m, "Reshape", r2, 2);
+		const char *m1[] = { sq, wr };
+		const char *p = emit(&m, "Mul", m1, 2);
+		if (sum) {
+			const char *a1[] = { sum, p };
+			sum = emit(&m, "Add", a1, 2);
+		} else {
+			sum = p;
+		}
+	}
+
+	/* The dense sum takes over the routed sum's name. */
+	Val *old = g_val(c->g, L->combined);
+	if (!old || !old->def)
+		return errf(e, "layer %s: the routed sum '%s' has no producer to replace", L->scope, L->combined);
+	for (size_t i = 0; i < old->def->n_output; i++)
+		if (strcmp(old->def->output[i], L->combined) == 0)
+			g_rename_output(c, old->def, i,
+					g_fresh(c, arena_printf(c->a, "%s_sparse", L->combined)));
+	g_rename_output(c, last_node(c), 0, L->combined);
+	lr->ifs = L->nif;
+	lr->repaired = 1;
+	return 0;
+}

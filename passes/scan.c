@@ -1,0 +1,101 @@
+/* Diagnosis without a YAML file: a pre-deploy hook wants to know whether a
+ * model is damaged before anyone writes experts.yaml. A router is a TopK
+ * whose indices are compared with constant expert ids (traced dispatch) or
+ * gate If nodes (scripted); each such TopK is one damaged layer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe.h"
+
+static int cmp_int(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Expert ids compared with `v` (through Cast/Identity), and whether any
+ * comparison ends up gating an If. */
+static void compared(Ctx *c, Val *v, int *ids, int *n, int max, Map *seen)
+{
+	for (size_t u = 0; u < v->nuse; u++) {
+		Node *m = v->use[u].n;
+		if ((g_is(m, "Cast") || g_is(m, "Identity")) && !map_get(seen, m->output[0])) {
+			map_put(seen, m->output[0], (void *)1);
+			Val *w = g_val(v->use[u].g, m->output[0]);
+			if (w)
+				compared(c, w, ids, n, max, seen);
+			continue;
+		}
+		if (!g_is(m, "Equal"))
+			continue;
+		const char *other = strcmp(m->input[0], v->name) == 0 ? m->input[1] : m->input[0];
+		int64_t id;
+		if (g_const_ints(v->use[u].g, other, &id, 1) == 1 && *n < max)
+			ids[(*n)++] = (int)id;
+	}
+}
+
+/* If nodes whose condition derives from an Equal on the indices. */
+static int gated_ifs(Ctx *c, const char *indices)
+{
+	Map reach;
+	map_init(&reach, c->a, 64);
+	map_put(&reach, indices, (void *)1);
+	int n = 0;
+	Onnx__GraphProto *gp = c->g->gp;
+	for (size_t i = 0; i < gp->n_node; i++) {
+		Node *m = gp->node[i];
+		int hit = 0;
+		for (size_t j = 0; j < m->n_input && !hit; j++)
+			hit = map_get(&reach, m->input[j]) != NULL;
+		if (!hit || g_is(m, "Shape"))
+			continue;
+		if (g_is(m, "If"))
+			n++;
+		else
+			for (size_t j = 0; j < m->n_output; j++)
+				map_put(&reach, m->output[j], (void *)1);
+	}
+	return n;
+}
+
+int moe_scan(Ctx *c, Report *r, Err *e)
+{
+	Onnx__GraphProto *gp = c->g->gp;
+	for (size_t i = 0; i < gp->n_node; i++) {
+		Node *t = gp->node[i];
+		if (!g_is(t, "TopK") || t->n_output < 2)
+			continue;
+		Val *v = g_val(c->g, t->output[1]);
+		if (!v)
+			continue;
+		int ids[1024], n = 0;
+		Map seen;
+		map_init(&seen, c->a, 16);
+		compared(c, v, ids, &n, 1024, &seen);
+		if (!n)
+			continue;
+		qsort(ids, (size_t)n, sizeof *ids, cmp_int);
+		int k = 0;
+		for (int j = 0; j < n; j++)
+			if (!k || ids[j] != ids[k - 1])
+				ids[k++] = ids[j];
+		r->layer = arena_grow(c->a, r->layer, r->nlayer * sizeof *r->layer,
+				      (r->nlayer + 1) * sizeof *r->layer);
+		LayerReport *lr = &r->layer[r->nlayer++];
+		memset(lr, 0, sizeof *lr);
+		lr->scope = t->name && *t->name ? t->name : t->output[1];
+		lr->top_k = 0;
+		lr->present = arena_dup(c->a, ids, (size_t)k * sizeof *ids);
+		lr->npresent = k;
+		lr->ifs = gated_ifs(c, t->output[1]);
+		r->damaged = 1;
+	}
+	int f = fold_shape_ifs(c, 1, e);
+	if (f < 0)
+		return -1;
+	r->ifs_folded = f;
+	if (f)
+		r->damaged = 1;
+	return 0;
+}

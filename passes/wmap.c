@@ -1,0 +1,420 @@
+/* Weight mapping: how each tensor of a present expert derives from the
+ * checkpoint, so a missing expert's tensors can be built the same way.
+ *
+ * Exporters fold BatchNorm into the preceding Conv and name the result
+ * `onnx::Conv_209`, so names alone do not tell. Each template tensor gets a
+ * recipe (by name, by value, by Conv+BN folding, or shared structure), found
+ * on the template expert and then verified on every present expert: a
+ * recipe that does not rebuild them all is an error, never a guess. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe.h"
+
+static const double EPS[] = { 1e-5, 1e-3, 1e-4, 1e-6, 1e-2, 1e-1 };
+
+static double tolerance(int dtype)
+{
+	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+		       dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? 1e-3 : 1e-5;
+}
+
+static int is_float(int dtype)
+{
+	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+	       dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 || dtype == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
+}
+
+static const char *key_prefix(Ctx *c, const Layer *L, int id)
+{
+	const char *pre = L->spec->prefix ? L->spec->prefix : "";
+	return arena_printf(c->a, "%s%s.", pre, expert_path(c, L->spec, id));
+}
+
+/* A model tensor as f32 (arena), or NULL when it is not a float tensor. */
+static float *tensor_f32(Ctx *c, const Tensor *t, int64_t *n)
+{
+	size_t nb;
+	const void *p = g_tensor_data(t, &nb);
+	*n = g_tensor_numel(t);
+	if (!p || *n < 0 || !is_float(t->data_type))
+		return NULL;
+	WTensor w = { .name = t->name, .dtype = t->data_type, .data = p, .nbytes = nb, .ndim = 1, .dims = { *n } };
+	if (nb != (size_t)*n * wt_dtype_size(t->data_type))
+		return NULL;
+	float *f = arena_alloc_raw(c->a, (size_t)*n * sizeof *f + 1);
+	Err e;
+	return wt_to_f32(&w, f, &e) ? NULL : f;
+}
+
+typedef struct {
+	Ctx *c;
+	WSrc *w;
+	Map cache; /* key -> f32 copy */
+} Src;
+
+static const float *key_f32(Src *s, const char *key, int64_t *n)
+{
+	const WTensor *t = wsrc_get(s->w, key);
+	if (!t)
+		return NULL;
+	*n = wt_numel(t);
+	float *f = map_get(&s->cache, key);
+	if (f)
+		return f;
+	if (*n < 0 || !is_float(t->dtype))
+		return NULL;
+	f = arena_alloc_raw(s->c->a, (size_t)*n * sizeof *f + 1);
+	Err e;
+	if (wt_to_f32(t, f, &e))
+		return NULL;
+	map_put(&s->cache, t->name, f);
+	return f;
+}
+
+static double reldiff(const float *a, const float *b, int64_t n)
+{
+	double d = 0, m = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double x = fabs((double)a[i] - b[i]);
+		if (x > d || isnan(x))
+			d = isnan(x) ? INFINITY : x;
+		if (fabs(b[i]) > m)
+			m = fabs(b[i]);
+	}
+	return d / (m > 1e-12 ? m : 1e-12);
+}
+
+/* BatchNorm statistics of module `pre bn` ("model.0.experts.1." "conv.1"). */
+typedef struct {
+	const float *g, *b, *mu, *var;
+	int64_t n;
+} BN;
+
+static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
+{
+	int64_t n1 = 0, n2 = 0, n3 = 0, n4 = 0;
+	Arena *a = s->c->a;
+	o->var = key_f32(s, arena_printf(a, "%s%s.running_var", pre, bn), &n1);
+	o->mu = key_f32(s, arena_printf(a, "%s%s.running_mean", pre, bn), &n2);
+	o->g = key_f32(s, arena_printf(a, "%s%s.weight", pre, bn), &n3);
+	o->b = key_f32(s, arena_printf(a, "%s%s.bias", pre, bn), &n4);
+	if (!o->var || !o->mu || n1 != n2 || (o->g && n3 != n1) || (o->b && n4 != n1))
+		return -1;
+	o->n = n1;
+	return 0;
+}
+
+/* Rebuilds a recipe's tensor for the expert whose keys start with pre. */
+static float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t want, Err *e)
+{
+	Arena *a = s->c->a;
+	int64_t n = 0;
+	if (r->kind == R_NAME || r->kind == R_VALUE) {
+		const char *k = arena_printf(a, "%s%s", pre, r->rest);
+		const float *f = key_f32(s, k, &n);
+		if (!f) {
+			errf(e, "no tensor '%s' in %s", k, s->w->path);
+			return NULL;
+		}
+		if (n != want) {
+			errf(e, "'%s' in %s has %lld elements, the expert template needs %lld", k, s->w->path,
+			     (long long)n, (long long)want);
+			return NULL;
+		}
+		return (float *)f;
+	}
+	BN bn;
+	if (get_bn(s, pre, r->bn, &bn)) {
+		errf(e, "no BatchNorm statistics '%s%s.running_var/running_mean' in %s", pre, r->bn, s->w->path);
+		return NULL;
+	}
+	float *out = arena_alloc_raw(a, (size_t)want * sizeof *out + 1);
+	if (r->kind == R_FOLD_W) {
+		const char *k = arena_printf(a, "%s%s", pre, r->rest);
+		const float *w = key_f32(s, k, &n);
+		if (!w || n != want || bn.n <= 0 || want % bn.n) {
+			errf(e, "no Conv weight '%s' of %lld elements in %s", k, (long long)want, s->w->path);
+			return NULL;
+		}
+		int64_t per = want / bn.n;
+		for (int64_t o = 0; o < bn.n; o++) {
+			double sc = (bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps);
+			for (int64_t i = 0; i < per; i++)
+				out[o * per + i] = (float)(w[o * per + i] * sc);
+		}
+		return out;
+	}
+	/* R_FOLD_B */
+	const float *b = NULL;
+	if (r->bias) {
+		const char *k = arena_printf(a, "%s%s", pre, r->bias);
+		b = key_f32(s, k, &n);
+		if (!b || n != bn.n) {
+			errf(e, "no Conv bias '%s' in %s", k, s->w->path);
+			return NULL;
+		}
+	}
+	if (bn.n != want) {
+		errf(e, "BatchNorm '%s%s' has %lld channels, the template bias %lld", pre, r->bn, (long long)bn.n,
+		     (long long)want);
+		return NULL;
+	}
+	for (int64_t o = 0; o < bn.n; o++) {
+		double sc = (bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps);
+		out[o] = (float)((bn.b ? bn.b[o] : 0.0) + ((b ? b[o] : 0.0) - bn.mu[o]) * sc);
+	}
+	return out;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+	size_t n = strlen(s), m = strlen(suf);
+	return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+/* Finds a recipe for template tensor t (values f, n elements) of the expert
+ * whose keys start with pre. Returns 1 when found. */
+static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const char *pre, Recipe *r)
+{
+	Arena *a = s->c->a;
+	WSrc *w = s->w;
+	size_t lp = strlen(pre);
+	double tol = tolerance(t->data_type);
+	Err e;
+	int64_t kn;
+	r->tname = t->name;
+	if (strncmp(t->name, pre, lp) == 0 && wsrc_get(w, t->name)) {
+		r->kind = R_NAME;
+		r->rest = t->name + lp;
+		return 1;
+	}
+	for (size_t i = 0; i < w->n; i++) {
+		const WTensor *k = &w->t[i];
+		if (strncmp(k->name, pre, lp) != 0 || wt_numel(k) != n)
+			continue;
+		const float *kf = key_f32(s, k->name, &kn);
+		if (kf && reldiff(kf, f, n) <= tol) {
+			r->kind = R_VALUE;
+			r->rest = k->name + lp;
+			return 1;
+		}
+	}
+	/* Conv + BatchNorm folds: every BN group under the expert against every
+	 * Conv weight (or bias) of matching size. Experts hold a few of each. */
+	for (size_t i = 0; i < w->n; i++) {
+		const WTensor *v = &w->t[i];
+		if (strncmp(v->name, pre, lp) != 0 || !ends_with(v->name, ".running_var"))
+			continue;
+		const char *bn = arena_printf(a, "%.*s", (int)(strlen(v->name) - lp - strlen(".running_var")),
+					      v->name + lp);
+		BN st;
+		if (get_bn(s, pre, bn, &st))
+			continue;
+		if (t->n_dims >= 2 && t->dims[0] == st.n) {
+			for (size_t j = 0; j < w->n; j++) {
+				const WTensor *cw = &w->t[j];
+				if (strncmp(cw->name, pre, lp) != 0 || !ends_with(cw->name, ".weight") ||
+				    wt_numel(cw) != n || cw->ndim < 2 || cw->dims[0] != st.n)
+					continue;
+				for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
+					*r = (Recipe){ .tname = t->name, .kind = R_FOLD_W, .rest = cw->name + lp, .bn = bn, .eps = EPS[q] };
+					const float *x = rebuild(s, r, pre, n, &e);
+					if (x && reldiff(x, f, n) <= tol)
+						return 1;
+				}
+			}
+		}
+		if (n == st.n) {
+			/* No conv bias first, then each bias of st.n elements outside the BN. */
+			for (size_t j = 0; j <= w->n; j++) {
+				const char *bias = NULL;
+				if (j < w->n) {
+					const WTensor *cb = &w->t[j];
+					if (strncmp(cb->name, pre, lp) != 0 || !ends_with(cb->name, ".bias") ||
+					    wt_numel(cb) != n ||
+					    strcmp(cb->name + lp, arena_printf(a, "%s.bias", bn)) == 0)
+						continue;
+					bias = cb->name + lp;
+				}
+				for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
+					*r = (Recipe){ .tname = t->name, .kind = R_FOLD_B, .bn = bn, .bias = bias, .eps = EPS[q] };
+					const float *x = rebuild(s, r, pre, n, &e);
+					if (x && reldiff(x, f, n) <= tol)
+						return 1;
+				}
+				if (j == w->n)
+					break;
+			}
+		}
+	}
+	return 0;
+}
+
+static const char *keys_under(Ctx *c, WSrc *w, const char *pre)
+{
+	size_t lp = strlen(pre), len = 0, shown = 0;
+	char *buf = arena_alloc(c->a, 512);
+	for (size_t i = 0; i < w->n && len < 400; i++)
+		if (strncmp(w->t[i].name, pre, lp) == 0) {
+			len += (size_t)snprintf(buf + len, 512 - len, "%s%s", shown++ ? ", " : "", w->t[i].name + lp);
+		}
+	if (!shown)
+		return "none";
+	return buf;
+}
+
+/* The tensors an expert's nodes read that are constants: initializers, or
+ * Constant nodes of the expert. Slots are (node index, input index). */
+typedef struct {
+	size_t node, input;
+	const char *name;
+} Slot;
+
+static Slot *const_slots(Ctx *c, const Expert *x, size_t *ns)
+{
+	Slot *s = NULL;
+	size_t n = 0;
+	for (size_t i = 0; i < x->nnode; i++) {
+		Node *nd = x->node[i];
+		for (size_t j = 0; j < nd->n_input; j++) {
+			Val *v = g_val(x->g, nd->input[j]);
+			if (!v || !v->init)
+				continue;
+			s = arena_grow(c->a, s, n * sizeof *s, (n + 1) * sizeof *s);
+			s[n++] = (Slot){ i, j, nd->input[j] };
+		}
+	}
+	*ns = n;
+	return s;
+}
+
+static int same_shape(const Ctx *c, const Expert *a, const Expert *b)
+{
+	if (a->nnode != b->nnode)
+		return 0;
+	for (size_t i = 0; i < a->nnode; i++)
+		if (strcmp(a->node[i]->op_type, b->node[i]->op_type) != 0 ||
+		    a->node[i]->n_input != b->node[i]->n_input)
+			return 0;
+	return 1;
+}
+
+int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err *e)
+{
+	Src s = { c, w, { 0 } };
+	map_init(&s.cache, c->a, 64);
+	size_t ns;
+	Slot *sl = const_slots(c, tpl, &ns);
+	const char *pre = key_prefix(c, L, tpl->id);
+	m->r = arena_alloc(c->a, (ns ? ns : 1) * sizeof *m->r);
+	m->n = 0;
+	m->maxdiff = 0;
+	for (size_t i = 0; i < ns; i++) {
+		const Tensor *t = g_const(tpl->g, sl[i].name);
+		Recipe *r = &m->r[m->n++];
+		int64_t n;
+		float *f = tensor_f32(c, t, &n);
+		if (f && find_recipe(&s, t, f, n, pre, r)) {
+			r->node = sl[i].node;
+			r->input = sl[i].input;
+			continue;
+		}
+		/* Not from the checkpoint: structure (shapes, shared constants) is
+		 * kept when every present expert agrees on it. */
+		*r = (Recipe){ .tname = t->name, .kind = R_SHARED, .node = sl[i].node, .input = sl[i].input };
+		int agree = L->nex > 1 || !f;
+		for (size_t k = 0; k < L->nex && agree; k++) {
+			const Expert *q = &L->ex[k];
+			if (q == tpl || !same_shape(c, tpl, q))
+				continue;
+			const Tensor *u = g_const(q->g, q->node[sl[i].node]->input[sl[i].input]);
+			size_t na, nb;
+			const void *pa = g_tensor_data(t, &na), *pb = u ? g_tensor_data(u, &nb) : NULL;
+			agree = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
+		}
+		if (!agree)
+			return errf(e, "layer %s: tensor '%s' of expert %d (input %zu of node '%s') matches no checkpoint tensor under '%s' by name, value or Conv+BatchNorm folding (keys there: %s)",
+				    L->scope, t->name, tpl->id, sl[i].input, tpl->node[sl[i].node]->name, pre,
+				    keys_under(c, w, pre));
+	}
+	/* Verify on every present expert, the template included. */
+	for (size_t k = 0; k < L->nex; k++) {
+		const Expert *q = &L->ex[k];
+		if (!same_shape(c, tpl, q))
+			return errf(e, "layer %s: expert %d's subgraph differs from expert %d's (%zu vs %zu nodes); experts of one layer must share a structure",
+				    L->scope, q->id, tpl->id, q->nnode, tpl->nnode);
+		const char *qpre = key_prefix(c, L, q->id);
+		for (size_t i = 0; i < m->n; i++) {
+			const Recipe *r = &m->r[i];
+			if (r->kind == R_SHARED)
+				continue;
+			const char *qn = q->node[sl[i].node]->input[sl[i].input];
+			const Tensor *u = g_const(q->g, qn);
+			int64_t n;
+			float *f = u ? tensor_f32(c, u, &n) : NULL;
+			if (!f)
+				return errf(e, "layer %s: expert %d's tensor '%s' is not a float constant like expert %d's '%s'",
+					    L->scope, q->id, qn, tpl->id, r->tname);
+			float *x = rebuild(&s, r, qpre, n, e);
+			if (!x)
+				return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, q->id, qn);
+			double d = reldiff(x, f, n);
+			if (d > m->maxdiff)
+				m->maxdiff = d;
+			if (d > tolerance(u->data_type))
+				return errf(e, "layer %s: expert %d's tensor '%s' differs from its checkpoint rebuild (relative difference %.3g); is %s the checkpoint of this model?",
+					    L->scope, q->id, qn, d, w->path);
+		}
+	}
+	return 0;
+}
+
+int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w,
+	      void **data, size_t *nbytes, Err *e)
+{
+	Src s = { c, w, { 0 } };
+	map_init(&s.cache, c->a, 8);
+	int64_t n = g_tensor_numel(t);
+	const char *pre = key_prefix(c, L, id);
+	float *f = rebuild(&s, r, pre, n, e);
+	if (!f) {
+		errwrap(e, "layer %s: expert %d", L->scope, id);
+		/* Say what is there: the usual cause is a wrong prefix or pattern. */
+		size_t len = strlen(e->msg);
+		snprintf(e->msg + len, sizeof e->msg - len, " (keys under '%s': %s)", pre, keys_under(c, w, pre));
+		return -1;
+	}
+	size_t es = wt_dtype_size(t->data_type);
+	unsigned char *out = arena_alloc_raw(c->a, (size_t)n * es + 1);
+	for (int64_t i = 0; i < n; i++) {
+		switch (t->data_type) {
+		case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
+			memcpy(out + 4 * i, &f[i], 4);
+			break;
+		case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: {
+			double d = f[i];
+			memcpy(out + 8 * i, &d, 8);
+			break;
+		}
+		case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: {
+			uint16_t h = wt_f32_to_f16(f[i]);
+			memcpy(out + 2 * i, &h, 2);
+			break;
+		}
+		case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: {
+			uint16_t h = wt_f32_to_bf16(f[i]);
+			memcpy(out + 2 * i, &h, 2);
+			break;
+		}
+		default:
+			return errf(e, "layer %s: template tensor '%s' has type %s, which cannot be rebuilt from a checkpoint",
+				    L->scope, t->name, wt_dtype_name(t->data_type));
+		}
+	}
+	*data = out;
+	*nbytes = (size_t)n * es;
+	return 0;
+}

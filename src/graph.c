@@ -1,0 +1,794 @@
+#include "graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int index_graph(Ctx *c, Graph *g, Err *e);
+
+static Graph *graph_new(Ctx *c, Onnx__GraphProto *gp, Graph *parent, Node *owner)
+{
+	Graph *g = arena_alloc(c->a, sizeof *g);
+	g->gp = gp;
+	g->parent = parent;
+	g->owner = owner;
+	g->capnode = gp->n_node;
+	g->capinit = gp->n_initializer;
+	map_init(&g->val, c->a, gp->n_node * 2 + gp->n_initializer + gp->n_input);
+	return g;
+}
+
+static Val *def_val(Ctx *c, Graph *g, const char *name, Err *e)
+{
+	Val *v = map_get(&g->val, name);
+	if (v)
+		return v;
+	v = arena_alloc(c->a, sizeof *v);
+	v->name = name;
+	v->g = g;
+	map_put(&g->val, name, v);
+	map_put(&c->names, name, v);
+	return v;
+}
+
+Val *g_val(const Graph *g, const char *name)
+{
+	for (; g; g = g->parent) {
+		Val *v = map_get(&g->val, name);
+		if (v)
+			return v;
+	}
+	return NULL;
+}
+
+static void add_use(Ctx *c, Val *v, Node *n, Graph *g)
+{
+	if (v->nuse == v->capuse) {
+		size_t cap = v->capuse ? v->capuse * 2 : 4;
+		v->use = arena_grow(c->a, v->use, v->nuse * sizeof *v->use, cap * sizeof *v->use);
+		v->capuse = cap;
+	}
+	v->use[v->nuse++] = (Use){ n, g };
+}
+
+static void add_outer(Ctx *c, Graph *g, const char *name)
+{
+	/* Small lists: a body reads a handful of outer values. */
+	for (size_t i = 0; i < g->nouter; i++)
+		if (strcmp(g->outer[i], name) == 0)
+			return;
+	g->outer = arena_grow(c->a, g->outer, g->nouter * sizeof *g->outer,
+			      (g->nouter + 1) * sizeof *g->outer);
+	g->outer[g->nouter++] = name;
+}
+
+/* Defines the values of g (inputs, initializers, node outputs). */
+static int define_graph(Ctx *c, Graph *g, Err *e)
+{
+	Onnx__GraphProto *gp = g->gp;
+	for (size_t i = 0; i < gp->n_input; i++)
+		def_val(c, g, gp->input[i]->name, e)->isin = 1;
+	for (size_t i = 0; i < gp->n_initializer; i++) {
+		Tensor *t = gp->initializer[i];
+		Val *v = def_val(c, g, t->name, e);
+		if (v->init)
+			return errf(e, "initializer '%s' is defined twice; the model is malformed", t->name);
+		v->init = t;
+	}
+	for (size_t i = 0; i < gp->n_node; i++) {
+		Node *n = gp->node[i];
+		pmap_put(&c->nodeg, n, g);
+		pmap_put(&c->nodeidx, n, (void *)(uintptr_t)(i + 1));
+		if (n->name && *n->name)
+			map_put(&c->names, n->name, n);
+		for (size_t j = 0; j < n->n_output; j++) {
+			if (!*n->output[j])
+				continue;
+			Val *v = def_val(c, g, n->output[j], e);
+			if (v->def || v->init)
+				return errf(e, "value '%s' has two producers (node '%s' and %s '%s'); the model is malformed",
+					    v->name, n->name ? n->name : "", v->def ? "node" : "initializer",
+					    v->def ? (v->def->name ? v->def->name : "") : v->name);
+			v->def = n;
+		}
+	}
+	for (size_t i = 0; i < gp->n_output; i++)
+		def_val(c, g, gp->output[i]->name, e)->isout = 1;
+	return 0;
+}
+
+static int index_graph(Ctx *c, Graph *g, Err *e)
+{
+	if (define_graph(c, g, e))
+		return -1;
+	Onnx__GraphProto *gp = g->gp;
+	for (size_t i = 0; i < gp->n_node; i++) {
+		Node *n = gp->node[i];
+		for (size_t j = 0; j < n->n_attribute; j++) {
+			Onnx__AttributeProto *at = n->attribute[j];
+			Onnx__GraphProto *body[64];
+			size_t nb = 0;
+			if (at->g)
+				body[nb++] = at->g;
+			for (size_t k = 0; k < at->n_graphs && nb < 64; k++)
+				body[nb++] = at->graphs[k];
+			for (size_t k = 0; k < nb; k++) {
+				Graph *s = graph_new(c, body[k], g, n);
+				g->sub = arena_grow(c->a, g->sub, g->nsub * sizeof *g->sub,
+						    (g->nsub + 1) * sizeof *g->sub);
+				g->sub[g->nsub++] = s;
+				if (index_graph(c, s, e))
+					return -1;
+			}
+		}
+	}
+	for (size_t i = 0; i < gp->n_node; i++) {
+		Node *n = gp->node[i];
+		for (size_t j = 0; j < n->n_input; j++) {
+			const char *name = n->input[j];
+			if (!*name)
+				continue;
+			Val *v = g_val(g, name);
+			if (!v)
+				continue; /* undefined: the checker reports it with context */
+			add_use(c, v, n, g);
+			for (Graph *h = g; h && h != v->g; h = h->parent)
+				add_outer(c, h, name);
+		}
+	}
+	/* Graph outputs of a body may be outer values (If else-branch Identity-free forms). */
+	for (size_t i = 0; i < gp->n_output; i++) {
+		Val *v = g_val(g, gp->output[i]->name);
+		if (v && v->g != g)
+			for (Graph *h = g; h && h != v->g; h = h->parent)
+				add_outer(c, h, v->name);
+	}
+	/* Outer values read by a body are uses of the node owning it. */
+	for (size_t k = 0; k < g->nsub; k++) {
+		Graph *s = g->sub[k];
+		for (size_t i = 0; i < s->nouter; i++) {
+			Val *v = g_val(g, s->outer[i]);
+			if (v && v->g == g)
+				add_use(c, v, s->owner, g);
+		}
+	}
+	return 0;
+}
+
+int g_reindex(Ctx *c, Err *e)
+{
+	Onnx__GraphProto *gp = c->m->graph;
+	map_init(&c->names, c->a, gp->n_node * 3 + gp->n_initializer);
+	pmap_init(&c->nodeg, c->a, gp->n_node);
+	pmap_init(&c->nodeidx, c->a, gp->n_node);
+	size_t capnode = c->g ? c->g->capnode : gp->n_node;
+	size_t capinit = c->g ? c->g->capinit : gp->n_initializer;
+	c->g = graph_new(c, gp, NULL, NULL);
+	c->g->capnode = capnode;
+	c->g->capinit = capinit;
+	return index_graph(c, c->g, e);
+}
+
+int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
+{
+	memset(c, 0, sizeof *c);
+	c->a = a;
+	c->m = m;
+	c->opset = 1;
+	if (!m->graph)
+		return errf(e, "the model has no graph");
+	for (size_t i = 0; i < m->n_opset_import; i++) {
+		Onnx__OperatorSetIdProto *o = m->opset_import[i];
+		if (!o->domain || !*o->domain || strcmp(o->domain, "ai.onnx") == 0)
+			c->opset = (int)o->version;
+	}
+	return g_reindex(c, e);
+}
+
+Graph *g_graph_of(const Ctx *c, const Node *n)
+{
+	return pmap_get(&c->nodeg, n);
+}
+
+size_t g_pos(const Ctx *c, const Node *n)
+{
+	return (size_t)(uintptr_t)pmap_get(&c->nodeidx, n) - 1;
+}
+
+const Onnx__AttributeProto *g_attr(const Node *n, const char *name)
+{
+	for (size_t i = 0; i < n->n_attribute; i++)
+		if (strcmp(n->attribute[i]->name, name) == 0)
+			return n->attribute[i];
+	return NULL;
+}
+
+int64_t g_attr_i(const Node *n, const char *name, int64_t dflt)
+{
+	const Onnx__AttributeProto *a = g_attr(n, name);
+	return a && a->has_i ? a->i : dflt;
+}
+
+int g_is(const Node *n, const char *op)
+{
+	return (!n->domain || !*n->domain || strcmp(n->domain, "ai.onnx") == 0) &&
+	       strcmp(n->op_type, op) == 0;
+}
+
+const Tensor *g_const(const Graph *g, const char *name)
+{
+	Val *v = g_val(g, name);
+	if (!v)
+		return NULL;
+	if (v->init)
+		return v->init;
+	if (v->def && g_is(v->def, "Constant")) {
+		const Onnx__AttributeProto *a = g_attr(v->def, "value");
+		return a ? a->t : NULL;
+	}
+	return NULL;
+}
+
+int64_t g_tensor_numel(const Tensor *t)
+{
+	int64_t n = 1;
+	for (size_t i = 0; i < t->n_dims; i++) {
+		if (t->dims[i] < 0 || (t->dims[i] && n > INT64_MAX / t->dims[i]))
+			return -1;
+		n *= t->dims[i];
+	}
+	return n;
+}
+
+const void *g_tensor_data(const Tensor *t, size_t *nbytes)
+{
+	if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+		return NULL;
+	if (t->has_raw_data) {
+		*nbytes = t->raw_data.len;
+		return t->raw_data.data;
+	}
+	/* Typed fields of the types whose wire form is their memory form. */
+	switch (t->data_type) {
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
+		*nbytes = t->n_float_data * 4;
+		return t->float_data;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__INT64:
+		*nbytes = t->n_int64_data * 8;
+		return t->int64_data;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
+		*nbytes = t->n_double_data * 8;
+		return t->double_data;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__INT32:
+		*nbytes = t->n_int32_data * 4;
+		return t->int32_data;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64:
+		*nbytes = t->n_uint64_data * 8;
+		return t->uint64_data;
+	}
+	return NULL;
+}
+
+long g_const_ints(const Graph *g, const char *name, int64_t *out, size_t max)
+{
+	const Tensor *t = g_const(g, name);
+	if (!t)
+		return -1;
+	size_t nb;
+	const unsigned char *p = g_tensor_data(t, &nb);
+	int64_t n = g_tensor_numel(t);
+	if (!p || n < 0 || (size_t)n > max)
+		return -1;
+	if (t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 && nb == (size_t)n * 8) {
+		memcpy(out, p, nb);
+		return (long)n;
+	}
+	if (t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 && nb == (size_t)n * 4) {
+		for (int64_t i = 0; i < n; i++) {
+			int32_t x;
+			memcpy(&x, p + 4 * i, 4);
+			out[i] = x;
+		}
+		return (long)n;
+	}
+	return -1;
+}
+
+static int bytes_zero(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++)
+		/* -0.0 is zero too: mask the sign bit of each float's top byte. */
+		if (b[i] && !((i % 4) == 3 && b[i] == 0x80))
+			return 0;
+	return 1;
+}
+
+int g_is_zero(const Graph *g, const char *name)
+{
+	const Tensor *t = g_const(g, name);
+	Val *v = g_val(g, name);
+	if (!t && v && v->def && g_is(v->def, "ConstantOfShape")) {
+		const Onnx__AttributeProto *a = g_attr(v->def, "value");
+		if (!a)
+			return 1; /* the default fill is 0 */
+		t = a->t;
+	}
+	if (!t)
+		return 0;
+	size_t nb;
+	const void *p = g_tensor_data(t, &nb);
+	return p && bytes_zero(p, nb);
+}
+
+const char *g_fresh(Ctx *c, const char *base)
+{
+	if (!map_get(&c->names, base)) {
+		const char *s = arena_strdup(c->a, base);
+		map_put(&c->names, s, (void *)s);
+		return s;
+	}
+	for (;;) {
+		const char *s = arena_printf(c->a, "%s_%zu", base, ++c->nfresh);
+		if (!map_get(&c->names, s)) {
+			map_put(&c->names, s, (void *)s);
+			return s;
+		}
+	}
+}
+
+static void push_node(Ctx *c, Graph *g, Node *n)
+{
+	Onnx__GraphProto *gp = g->gp;
+	if (gp->n_node == g->capnode) {
+		size_t cap = g->capnode ? g->capnode * 2 : 16;
+		gp->node = arena_grow(c->a, gp->node, gp->n_node * sizeof *gp->node, cap * sizeof *gp->node);
+		g->capnode = cap;
+	}
+	gp->node[gp->n_node++] = n;
+	pmap_put(&c->nodeg, n, g);
+	pmap_put(&c->nodeidx, n, (void *)(uintptr_t)gp->n_node);
+}
+
+static char **dup_strv(Ctx *c, const char *const *v, size_t n)
+{
+	char **r = arena_alloc(c->a, (n ? n : 1) * sizeof *r);
+	for (size_t i = 0; i < n; i++)
+		r[i] = arena_strdup(c->a, v[i]);
+	return r;
+}
+
+Node *g_add_node(Ctx *c, Graph *g, const char *op, const char *name,
+		 const char *const *in, size_t nin, const char *const *out, size_t nout)
+{
+	Node *n = arena_alloc(c->a, sizeof *n);
+	onnx__node_proto__init(n);
+	n->op_type = arena_strdup(c->a, op);
+	n->name = (char *)g_fresh(c, name);
+	n->input = dup_strv(c, in, nin);
+	n->n_input = nin;
+	n->output = dup_strv(c, out, nout);
+	n->n_output = nout;
+	push_node(c, g, n);
+	return n;
+}
+
+static Onnx__AttributeProto *new_attr(Ctx *c, Node *n, const char *name)
+{
+	Onnx__AttributeProto *a = arena_alloc(c->a, sizeof *a);
+	onnx__attribute_proto__init(a);
+	a->name = arena_strdup(c->a, name);
+	a->has_type = 1;
+	n->attribute = arena_grow(c->a, n->attribute, n->n_attribute * sizeof *n->attribute,
+				  (n->n_attribute + 1) * sizeof *n->attribute);
+	n->attribute[n->n_attribute++] = a;
+	return a;
+}
+
+void g_set_attr_i(Ctx *c, Node *n, const char *name, int64_t v)
+{
+	Onnx__AttributeProto *a = new_attr(c, n, name);
+	a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+	a->has_i = 1;
+	a->i = v;
+}
+
+void g_set_attr_ints(Ctx *c, Node *n, const char *name, const int64_t *v, size_t k)
+{
+	Onnx__AttributeProto *a = new_attr(c, n, name);
+	a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+	a->ints = arena_dup(c->a, v, k * sizeof *v);
+	a->n_ints = k;
+}
+
+Node *g_clone_node(Ctx *c, Graph *g, const Node *src)
+{
+	Node *n = arena_dup(c->a, src, sizeof *n);
+	n->input = arena_dup(c->a, src->input, src->n_input * sizeof *n->input);
+	n->output = arena_dup(c->a, src->output, src->n_output * sizeof *n->output);
+	push_node(c, g, n);
+	return n;
+}
+
+Tensor *g_add_init(Ctx *c, Graph *g, const char *name, int dtype,
+		   const int64_t *dims, size_t ndims, const void *data, size_t nbytes)
+{
+	Tensor *t = arena_alloc(c->a, sizeof *t);
+	onnx__tensor_proto__init(t);
+	t->name = (char *)g_fresh(c, name);
+	t->has_data_type = 1;
+	t->data_type = dtype;
+	t->dims = arena_dup(c->a, dims, (ndims ? ndims : 1) * sizeof *dims);
+	t->n_dims = ndims;
+	t->has_raw_data = 1;
+	t->raw_data.data = (uint8_t *)data;
+	t->raw_data.len = nbytes;
+	Onnx__GraphProto *gp = g->gp;
+	if (gp->n_initializer == g->capinit) {
+		size_t cap = g->capinit ? g->capinit * 2 : 16;
+		gp->initializer = arena_grow(c->a, gp->initializer, gp->n_initializer * sizeof *gp->initializer,
+					     cap * sizeof *gp->initializer);
+		g->capinit = cap;
+	}
+	gp->initializer[gp->n_initializer++] = t;
+	Err e;
+	Val *v = def_val(c, g, t->name, &e);
+	v->init = t;
+	return t;
+}
+
+Tensor *g_add_init_i64(Ctx *c, Graph *g, const char *base, const int64_t *v, size_t n, int scalar)
+{
+	int64_t dim = (int64_t)n;
+	return g_add_init(c, g, base, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, &dim, scalar ? 0 : 1,
+			  arena_dup(c->a, v, n * sizeof *v), n * sizeof *v);
+}
+
+static void replace_in(Onnx__GraphProto *gp, const char *from, char *to)
+{
+	for (size_t i = 0; i < gp->n_node; i++) {
+		Node *n = gp->node[i];
+		for (size_t j = 0; j < n->n_input; j++)
+			if (strcmp(n->input[j], from) == 0)
+				n->input[j] = to;
+		for (size_t j = 0; j < n->n_attribute; j++) {
+			Onnx__AttributeProto *a = n->attribute[j];
+			if (a->g)
+				replace_in(a->g, from, to);
+			for (size_t k = 0; k < a->n_graphs; k++)
+				replace_in(a->graphs[k], from, to);
+		}
+	}
+}
+
+void g_replace_uses(Ctx *c, const char *from, const char *to)
+{
+	/* A walk over every node: replacements are a handful per repaired layer,
+	 * and the index is rebuilt afterwards anyway. */
+	char *t = arena_strdup(c->a, to);
+	const char *f = arena_strdup(c->a, from);
+	replace_in(c->m->graph, f, t);
+}
+
+void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to)
+{
+	n->output[idx] = arena_strdup(c->a, to);
+}
+
+void g_move_node(Ctx *c, Node *n, Graph *to)
+{
+	Graph *from = g_graph_of(c, n);
+	if (from) {
+		Onnx__GraphProto *gp = from->gp;
+		size_t k = 0;
+		for (size_t i = 0; i < gp->n_node; i++)
+			if (gp->node[i] != n)
+				gp->node[k++] = gp->node[i];
+		gp->n_node = k;
+	}
+	push_node(c, to, n);
+}
+
+/* ---- dead-node elimination ---- */
+
+static void mark_live(Ctx *c, Graph *g, PMap *live, Map *liveval);
+
+static void want(Ctx *c, Graph *g, const char *name, PMap *live, Map *liveval, Node ***stack,
+		 size_t *ns, size_t *cap)
+{
+	if (!*name || map_get(liveval, name))
+		return;
+	map_put(liveval, name, (void *)name);
+	Val *v = g_val(g, name);
+	if (!v || !v->def || pmap_get(live, v->def))
+		return;
+	pmap_put(live, v->def, (void *)1);
+	if (*ns == *cap) {
+		size_t nc = *cap ? *cap * 2 : 64;
+		*stack = arena_grow(c->a, *stack, *ns * sizeof **stack, nc * sizeof **stack);
+		*cap = nc;
+	}
+	(*stack)[(*ns)++] = v->def;
+}
+
+static void mark_live(Ctx *c, Graph *g, PMap *live, Map *liveval)
+{
+	Node **stack = NULL;
+	size_t ns = 0, cap = 0;
+	for (size_t i = 0; i < g->gp->n_output; i++)
+		want(c, g, g->gp->output[i]->name, live, liveval, &stack, &ns, &cap);
+	while (ns) {
+		Node *n = stack[--ns];
+		Graph *ng = g_graph_of(c, n);
+		for (size_t j = 0; j < n->n_input; j++)
+			want(c, ng, n->input[j], live, liveval, &stack, &ns, &cap);
+		for (size_t k = 0; k < ng->nsub; k++) {
+			Graph *s = ng->sub[k];
+			if (s->owner != n)
+				continue;
+			/* Everything a live body reads is live, and the body itself is
+			 * pruned against its own outputs. */
+			mark_live(c, s, live, liveval);
+			for (size_t i = 0; i < s->nouter; i++)
+				want(c, ng, s->outer[i], live, liveval, &stack, &ns, &cap);
+		}
+	}
+}
+
+static size_t sweep(Ctx *c, Graph *g, PMap *live, Map *liveval)
+{
+	size_t removed = 0, k = 0;
+	Onnx__GraphProto *gp = g->gp;
+	for (size_t i = 0; i < gp->n_node; i++) {
+		if (pmap_get(live, gp->node[i]))
+			gp->node[k++] = gp->node[i];
+		else
+			removed++;
+	}
+	gp->n_node = k;
+	k = 0;
+	for (size_t i = 0; i < gp->n_initializer; i++)
+		if (map_get(liveval, gp->initializer[i]->name))
+			gp->initializer[k++] = gp->initializer[i];
+	gp->n_initializer = k;
+	for (size_t i = 0; i < g->nsub; i++)
+		if (pmap_get(live, g->sub[i]->owner))
+			removed += sweep(c, g->sub[i], live, liveval);
+	return removed;
+}
+
+size_t g_dce(Ctx *c)
+{
+	PMap live;
+	Map liveval;
+	pmap_init(&live, c->a, c->g->gp->n_node);
+	map_init(&liveval, c->a, c->g->gp->n_node * 2);
+	mark_live(c, c->g, &live, &liveval);
+	return sweep(c, c->g, &live, &liveval);
+}
+
+/* ---- topological sort ---- */
+
+enum { UNSEEN, ONSTACK, DONE };
+
+int g_toposort(Ctx *c, Graph *g, Err *e)
+{
+	Onnx__GraphProto *gp = g->gp;
+	size_t n = gp->n_node;
+	PMap state;
+	pmap_init(&state, c->a, n);
+	Node **out = arena_alloc(c->a, (n ? n : 1) * sizeof *out);
+	size_t nout = 0;
+	/* Iterative DFS emitting a node after its producers, visiting in the
+	 * current order: already-ordered graphs come out unchanged. */
+	typedef struct {
+		Node *n;
+		size_t next; /* next input to look at; n_input.. walks body outer refs */
+	} Frame;
+	Frame *st = arena_alloc(c->a, (n + 1) * sizeof *st);
+	for (size_t i = 0; i < n; i++) {
+		Node *root = gp->node[i];
+		if (pmap_get(&state, root))
+			continue;
+		size_t sp = 0;
+		st[sp++] = (Frame){ root, 0 };
+		pmap_put(&state, root, (void *)ONSTACK);
+		while (sp) {
+			Frame *f = &st[sp - 1];
+			const char *dep = NULL;
+			/* Inputs first, then the outer values read by the node's bodies. */
+			size_t nin = f->n->n_input, k = f->next++;
+			if (k < nin) {
+				dep = f->n->input[k];
+			} else {
+				size_t off = k - nin, seen = 0;
+				for (size_t s = 0; s < g->nsub && !dep; s++) {
+					if (g->sub[s]->owner != f->n)
+						continue;
+					if (off < seen + g->sub[s]->nouter)
+						dep = g->sub[s]->outer[off - seen];
+					seen += g->sub[s]->nouter;
+				}
+				if (!dep) {
+					pmap_put(&state, f->n, (void *)DONE);
+					out[nout++] = f->n;
+					sp--;
+					continue;
+				}
+			}
+			if (!*dep)
+				continue;
+			Val *v = map_get(&g->val, dep);
+			if (!v || !v->def || g_graph_of(c, v->def) != g)
+				continue;
+			uintptr_t s = (uintptr_t)pmap_get(&state, v->def);
+			if (s == DONE)
+				continue;
+			if (s == ONSTACK)
+				return errf(e, "graph has a cycle through node '%s' (value '%s'); the model is malformed",
+					    v->def->name ? v->def->name : "", dep);
+			pmap_put(&state, v->def, (void *)ONSTACK);
+			st[sp++] = (Frame){ v->def, 0 };
+		}
+	}
+	memcpy(gp->node, out, n * sizeof *out);
+	for (size_t i = 0; i < n; i++)
+		pmap_put(&c->nodeidx, gp->node[i], (void *)(uintptr_t)(i + 1));
+	return 0;
+}
+
+/* ---- checker ---- */
+
+static int has_type(const Onnx__ValueInfoProto *vi)
+{
+	return vi->type && (vi->type->value_case != ONNX__TYPE_PROTO__VALUE__NOT_SET);
+}
+
+static int domain_known(const Ctx *c, const char *d)
+{
+	if (!d || !*d || strcmp(d, "ai.onnx") == 0)
+		d = "";
+	for (size_t i = 0; i < c->m->n_opset_import; i++) {
+		const char *od = c->m->opset_import[i]->domain;
+		if (!od || strcmp(od, "ai.onnx") == 0)
+			od = "";
+		if (strcmp(od, d) == 0)
+			return 1;
+	}
+	for (size_t i = 0; i < c->m->n_functions; i++)
+		if (c->m->functions[i]->domain && strcmp(c->m->functions[i]->domain, d) == 0)
+			return 1;
+	return 0;
+}
+
+static int check_graph(Ctx *c, Graph *g, int depth, Err *e)
+{
+	if (depth > 64)
+		return errf(e, "subgraphs nested more than 64 deep; refusing the model");
+	Onnx__GraphProto *gp = g->gp;
+	const char *gname = gp->name ? gp->name : "";
+	if (!g->parent) {
+		for (size_t i = 0; i < gp->n_input; i++)
+			if (!has_type(gp->input[i]))
+				return errf(e, "graph input '%s' has no type", gp->input[i]->name);
+		for (size_t i = 0; i < gp->n_output; i++)
+			if (!has_type(gp->output[i]))
+				return errf(e, "graph output '%s' has no type", gp->output[i]->name);
+	}
+	/* Values available so far in this scope: inputs, initializers, then
+	 * node outputs in order; enclosing scopes are looked up through g. */
+	Map here;
+	map_init(&here, c->a, gp->n_node * 2 + gp->n_initializer + gp->n_input);
+	for (size_t i = 0; i < gp->n_input; i++)
+		map_put(&here, gp->input[i]->name, (void *)1);
+	for (size_t i = 0; i < gp->n_initializer; i++)
+		map_put(&here, gp->initializer[i]->name, (void *)1);
+	for (size_t i = 0; i < gp->n_node; i++) {
+		Node *n = gp->node[i];
+		const char *nn = n->name && *n->name ? n->name : n->op_type;
+		if (!domain_known(c, n->domain))
+			return errf(e, "node '%s' (%s) uses domain '%s', which opset_import does not declare",
+				    nn, n->op_type, n->domain);
+		for (size_t j = 0; j < n->n_input; j++) {
+			const char *in = n->input[j];
+			if (!*in || map_get(&here, in))
+				continue;
+			int outer = 0;
+			for (Graph *h = g->parent; h && !outer; h = h->parent)
+				outer = map_get(&h->val, in) != NULL;
+			if (outer)
+				continue;
+			Val *v = map_get(&g->val, in);
+			if (v && v->def)
+				return errf(e, "node '%s' reads '%s' before node '%s' produces it (not in topological order)",
+					    nn, in, v->def->name ? v->def->name : v->def->op_type);
+			return errf(e, "node '%s' reads '%s', which nothing defines%s%s", nn, in,
+				    g->parent ? " in subgraph " : "", g->parent ? gname : "");
+		}
+		for (size_t k = 0; k < g->nsub; k++)
+			if (g->sub[k]->owner == n && check_graph(c, g->sub[k], depth + 1, e))
+				return -1;
+		for (size_t j = 0; j < n->n_output; j++) {
+			if (!*n->output[j])
+				continue;
+			if (map_get(&here, n->output[j]))
+				return errf(e, "value '%s' is produced twice (second time by node '%s')",
+					    n->output[j], nn);
+			map_put(&here, n->output[j], (void *)1);
+		}
+	}
+	for (size_t i = 0; i < gp->n_output; i++) {
+		const char *o = gp->output[i]->name;
+		if (map_get(&here, o) || (g->parent && g_val(g->parent, o)))
+			continue;
+		return errf(e, "graph output '%s' is not produced by any node", o);
+	}
+	return 0;
+}
+
+int g_check(Ctx *c, Err *e)
+{
+	if (c->m->n_opset_import == 0)
+		return errf(e, "the model declares no opset_import");
+	return check_graph(c, c->g, 0, e);
+}
+
+/* ---- module paths ---- */
+
+typedef struct {
+	const char *p;
+	size_t n;
+} Tok;
+
+static size_t tokenize(const char *s, Tok *t, size_t max)
+{
+	size_t n = 0;
+	while (*s && n < max) {
+		while (*s == '/' || *s == '.')
+			s++;
+		if (!*s)
+			break;
+		const char *b = s;
+		while (*s && *s != '/' && *s != '.')
+			s++;
+		t[n++] = (Tok){ b, (size_t)(s - b) };
+	}
+	return n;
+}
+
+int path_match(const char *nodename, const char *modpath)
+{
+	Tok a[128], b[64];
+	size_t na = tokenize(nodename, a, 128), nb = tokenize(modpath, b, 64);
+	if (!nb || nb > na)
+		return 0;
+	for (size_t i = 0; i + nb <= na; i++) {
+		size_t k = 0;
+		while (k < nb && a[i + k].n == b[k].n && memcmp(a[i + k].p, b[k].p, b[k].n) == 0)
+			k++;
+		if (k == nb)
+			return 1;
+	}
+	return 0;
+}
+
+static int count_in(const Onnx__GraphProto *gp, const char *op, const char *scope)
+{
+	int n = 0;
+	for (size_t i = 0; i < gp->n_node; i++) {
+		const Node *nd = gp->node[i];
+		if ((!op || strcmp(nd->op_type, op) == 0) && (!scope || (nd->name && path_match(nd->name, scope))))
+			n++;
+		for (size_t j = 0; j < nd->n_attribute; j++) {
+			if (nd->attribute[j]->g)
+				n += count_in(nd->attribute[j]->g, op, scope);
+			for (size_t k = 0; k < nd->attribute[j]->n_graphs; k++)
+				n += count_in(nd->attribute[j]->graphs[k], op, scope);
+		}
+	}
+	return n;
+}
+
+int g_count(const Ctx *c, const char *op, const char *scope)
+{
+	return count_in(c->m->graph, op, scope);
+}

@@ -1,0 +1,128 @@
+/* The graph core every pass uses: an index over the model (value name ->
+ * producer and consumers, hash-based, aware of If/Loop bodies and the outer
+ * values they read), and the one API through which passes mutate the model.
+ *
+ * The protobuf structures stay the source of truth. Mutations edit them
+ * directly through the functions below; g_reindex() rebuilds the index,
+ * which is cheap (hash maps, one walk), so passes reindex between rewrites
+ * instead of keeping incremental bookkeeping correct. */
+#ifndef GRAPH_H
+#define GRAPH_H
+#include <stddef.h>
+#include <stdint.h>
+#include "arena.h"
+#include "err.h"
+#include "map.h"
+#include "onnx.pb-c.h"
+
+typedef Onnx__NodeProto Node;
+typedef Onnx__TensorProto Tensor;
+typedef struct Graph Graph;
+
+typedef struct {
+	Node *n;   /* consumer */
+	Graph *g;  /* graph the consumer lives in (may be a subgraph of the value's) */
+} Use;
+
+typedef struct {
+	const char *name;
+	Node *def;      /* producer, or NULL */
+	Tensor *init;   /* initializer, or NULL */
+	int isin;       /* graph input */
+	int isout;      /* graph output */
+	Graph *g;       /* graph defining it */
+	Use *use;
+	size_t nuse, capuse;
+} Val;
+
+struct Graph {
+	Onnx__GraphProto *gp;
+	Graph *parent;
+	Node *owner;      /* the If/Loop/Scan holding this body, NULL for the main graph */
+	Map val;          /* name -> Val*, values defined here */
+	const char **outer; /* names read here (or deeper) but defined in an enclosing graph */
+	size_t nouter;
+	Graph **sub;
+	size_t nsub;
+	size_t capnode, capinit; /* capacities of gp->node / gp->initializer when grown by us */
+};
+
+typedef struct {
+	Arena *a;
+	Onnx__ModelProto *m;
+	Graph *g;        /* main graph */
+	int opset;       /* default-domain opset version */
+	Map names;       /* every value and node name in the model, for g_fresh */
+	PMap nodeg;      /* Node* -> Graph* */
+	PMap nodeidx;    /* Node* -> position + 1 in its graph, for stable orders */
+	size_t nfresh;
+} Ctx;
+
+/* Builds the index; errors on values produced twice in one scope. */
+int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e);
+int g_reindex(Ctx *c, Err *e);
+
+/* Value lookup in g, then its enclosing graphs. */
+Val *g_val(const Graph *g, const char *name);
+Graph *g_graph_of(const Ctx *c, const Node *n);
+size_t g_pos(const Ctx *c, const Node *n); /* position in its graph's node list */
+
+/* Node helpers. */
+const Onnx__AttributeProto *g_attr(const Node *n, const char *name);
+int64_t g_attr_i(const Node *n, const char *name, int64_t dflt);
+int g_is(const Node *n, const char *op); /* default domain and op_type */
+
+/* Constant values: an initializer or a Constant node's `value`. NULL when
+ * the value is not a compile-time constant tensor. */
+const Tensor *g_const(const Graph *g, const char *name);
+/* Reads an integer constant tensor (int64/int32) into out; returns the
+ * element count or -1. */
+long g_const_ints(const Graph *g, const char *name, int64_t *out, size_t max);
+/* 1 when every element of a constant (or ConstantOfShape fill) is zero. */
+int g_is_zero(const Graph *g, const char *name);
+/* Bytes of a tensor's data in raw little-endian form (raw_data or the typed
+ * field); NULL for external data. */
+const void *g_tensor_data(const Tensor *t, size_t *nbytes);
+int64_t g_tensor_numel(const Tensor *t);
+
+/* Mutation API. Names handed in are copied into the arena. */
+const char *g_fresh(Ctx *c, const char *base); /* unique among values and nodes */
+Node *g_add_node(Ctx *c, Graph *g, const char *op, const char *name,
+		 const char *const *in, size_t nin, const char *const *out, size_t nout);
+void g_set_attr_i(Ctx *c, Node *n, const char *name, int64_t v);
+void g_set_attr_ints(Ctx *c, Node *n, const char *name, const int64_t *v, size_t k);
+Node *g_clone_node(Ctx *c, Graph *g, const Node *src); /* shallow copy: same strings */
+Tensor *g_add_init(Ctx *c, Graph *g, const char *name, int dtype,
+		   const int64_t *dims, size_t ndims, const void *data, size_t nbytes);
+Tensor *g_add_init_i64(Ctx *c, Graph *g, const char *base, const int64_t *v,
+		       size_t n, int scalar);
+/* Makes every consumer (in any graph) of `from` read `to`. Graph outputs
+ * keep their names: callers that must keep an output name rename the
+ * producer instead (g_rename_output). */
+void g_replace_uses(Ctx *c, const char *from, const char *to);
+/* Renames a node output in place (producer side only). */
+void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to);
+/* Moves a node into graph g (appended); used to lift nodes out of If bodies. */
+void g_move_node(Ctx *c, Node *n, Graph *to);
+
+/* Dead-node elimination from the graph outputs, into subgraphs; drops
+ * initializers nothing reads. Returns the number of nodes removed. */
+size_t g_dce(Ctx *c);
+/* Stable topological sort: keeps the current order where it is valid. */
+int g_toposort(Ctx *c, Graph *g, Err *e);
+/* Structural checker: one producer per value, every input defined before
+ * use (or in an enclosing scope), domains declared in opset_import, graph
+ * inputs/outputs typed. */
+int g_check(Ctx *c, Err *e);
+
+/* Counts nodes of op (NULL: all) whose name lies under a module path
+ * (see path_match). */
+int g_count(const Ctx *c, const char *op, const char *scope);
+
+/* Module-path matching of exporter node names: "model.6.experts.3" matches
+ * "/model.6/experts.3/conv/Conv", "/model/model.6/experts.3/...",
+ * "/model/6/experts.3/..." (tokens split on '/' and '.', matched as a
+ * contiguous run). Returns 1 on a match. */
+int path_match(const char *nodename, const char *modpath);
+
+#endif

@@ -1,0 +1,31 @@
+/* A small strict JSON parser (RFC 8259) for the headers of weight files:
+ * bounded nesting, no duplicate-key folding (callers decide), numbers kept
+ * as text so 64-bit offsets stay exact. Everything lives in the arena. */
+#ifndef JSON_H
+#define JSON_H
+#include <stddef.h>
+#include <stdint.h>
+#include "arena.h"
+#include "err.h"
+
+enum { J_NULL, J_FALSE, J_TRUE, J_NUM, J_STR, J_ARR, J_OBJ };
+enum { JSON_MAXDEPTH = 32 };
+
+typedef struct JVal JVal;
+struct JVal {
+	int type;
+	size_t off;        /* byte offset in the text, for messages */
+	const char *s;     /* J_STR: decoded UTF-8 (NUL-free); J_NUM: the literal */
+	size_t n;          /* J_ARR, J_OBJ: element count */
+	const char **key;  /* J_OBJ: keys in document order */
+	JVal **v;          /* J_ARR, J_OBJ: elements */
+};
+
+/* Errors read "byte N: what". */
+JVal *json_parse(const char *text, size_t len, Arena *a, Err *e);
+/* A non-negative integer literal (no sign, fraction or exponent) that fits
+ * in int64; -1 when v is anything else. */
+int json_uint(const JVal *v, int64_t *out);
+const char *json_type_name(int type);
+
+#endif

@@ -1,0 +1,375 @@
+/* experts.yaml, read through libyaml's document API so every node keeps its
+ * line and column for messages. Scalars are typed here (libyaml leaves
+ * plain scalars untyped): integers are plain decimal scalars. */
+#include "spec.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <yaml.h>
+
+typedef struct {
+	const char *path;
+	const char *dir; /* the YAML's folder, "" when it is the current one */
+	yaml_document_t *doc;
+	Arena *a;
+	Err *e;
+} P;
+
+static int at(P *p, const yaml_node_t *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int at(P *p, const yaml_node_t *n, const char *fmt, ...)
+{
+	char msg[900];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	return errf(p->e, "%s:%zu:%zu: %s", p->path, n->start_mark.line + 1, n->start_mark.column + 1, msg);
+}
+
+static const char *kind(const yaml_node_t *n)
+{
+	return n->type == YAML_MAPPING_NODE ? "a mapping" : n->type == YAML_SEQUENCE_NODE ? "a list" : "a scalar";
+}
+
+static const char *text(const yaml_node_t *n)
+{
+	return (const char *)n->data.scalar.value;
+}
+
+/* Plain (unquoted) null: empty, ~, null. */
+static int is_null(const yaml_node_t *n)
+{
+	if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+		return 0;
+	const char *s = text(n);
+	return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
+}
+
+static int get_str(P *p, const char *key, const yaml_node_t *n, const char **out)
+{
+	if (n->type != YAML_SCALAR_NODE)
+		return at(p, n, "'%s' must be a string, not %s", key, kind(n));
+	if (is_null(n))
+		return at(p, n, "'%s' must be a string, not null", key);
+	*out = arena_strdup(p->a, text(n));
+	return 0;
+}
+
+static int get_int(P *p, const char *key, const yaml_node_t *n, int *out)
+{
+	if (n->type != YAML_SCALAR_NODE)
+		return at(p, n, "'%s' must be an integer, not %s", key, kind(n));
+	const char *s = text(n);
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE || !*s || *end || (*s != '-' && *s != '+' && (*s < '0' || *s > '9')))
+		return at(p, n, "'%s' must be an integer, got '%s'", key, s);
+	if (errno || v < INT_MIN || v > INT_MAX)
+		return at(p, n, "'%s' is out of range: %s", key, s);
+	*out = (int)v;
+	return 0;
+}
+
+static size_t lev(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), d[64];
+	if (lb >= 64)
+		return SIZE_MAX;
+	for (size_t j = 0; j <= lb; j++)
+		d[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t prev = d[0];
+		d[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t cur = d[j];
+			size_t c = prev + (a[i - 1] != b[j - 1]);
+			if (d[j] + 1 < c)
+				c = d[j] + 1;
+			if (d[j - 1] + 1 < c)
+				c = d[j - 1] + 1;
+			d[j] = c;
+			prev = cur;
+		}
+	}
+	return d[lb];
+}
+
+/* Matches a mapping's keys against the known ones (in order), refusing
+ * unknown and duplicate keys; val[i] gets the value node of known[i]. */
+static int keys(P *p, const yaml_node_t *map, const char *what, const char *const *known, size_t nk,
+	yaml_node_t **val)
+{
+	memset(val, 0, nk * sizeof *val);
+	for (yaml_node_pair_t *pr = map->data.mapping.pairs.start; pr < map->data.mapping.pairs.top; pr++) {
+		yaml_node_t *k = yaml_document_get_node(p->doc, pr->key);
+		yaml_node_t *v = yaml_document_get_node(p->doc, pr->value);
+		if (k->type != YAML_SCALAR_NODE)
+			return at(p, k, "keys of %s must be plain names, not %s", what, kind(k));
+		size_t i = 0;
+		while (i < nk && strcmp(known[i], text(k)))
+			i++;
+		if (i == nk) {
+			size_t best = SIZE_MAX, bi = 0;
+			for (size_t j = 0; j < nk; j++) {
+				size_t d = lev(text(k), known[j]);
+				if (d < best)
+					best = d, bi = j;
+			}
+			/* Close enough to be a typo: two edits, or under half the longer word. */
+			size_t len = strlen(text(k)), kl = strlen(known[bi]);
+			if ((best <= 2 && best < len) || 2 * best < (len > kl ? len : kl))
+				return at(p, k, "unknown key '%s' in %s; did you mean '%s'?", text(k), what, known[bi]);
+			char list[400] = "";
+			for (size_t j = 0; j < nk; j++)
+				snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "", known[j]);
+			return at(p, k, "unknown key '%s' in %s; known keys: %s", text(k), what, list);
+		}
+		if (val[i])
+			return at(p, k, "duplicate key '%s' in %s (first at line %zu)", text(k), what,
+				val[i]->start_mark.line + 1);
+		val[i] = v;
+	}
+	return 0;
+}
+
+/* Resolves a weights path against the YAML's folder and checks it exists. */
+static int weights(P *p, const yaml_node_t *n, const char **out)
+{
+	const char *w;
+	if (get_str(p, "weights", n, &w))
+		return -1;
+	if (!*w)
+		return at(p, n, "'weights' is empty; give a file path relative to this YAML file");
+	const char *full = w[0] == '/' || !*p->dir ? w : arena_printf(p->a, "%s/%s", p->dir, w);
+	struct stat st;
+	if (stat(full, &st) < 0)
+		return at(p, n, "weights '%s' not found (%s: %s); paths are relative to the YAML file's folder",
+			w, full, strerror(errno));
+	*out = full;
+	return 0;
+}
+
+enum { L_SCOPE, L_EXPERTS, L_TOPK, L_EXPERT, L_WEIGHTS, L_PREFIX, L_ROUTER, L_INPUT, L_OUTPUT, L_CKEY, L_N };
+static const char *const LKEYS[] = { "scope", "experts", "top_k", "expert", "weights", "prefix",
+	"router", "input", "output", "checkpoint_key" };
+enum { R_INDICES, R_WEIGHTS, R_N };
+static const char *const RKEYS[] = { "indices", "weights" };
+enum { T_VERSION, T_WEIGHTS, T_CKEY, T_MOE, T_N };
+static const char *const TKEYS[] = { "version", "weights", "checkpoint_key", "moe" };
+
+static int layer(P *p, const yaml_node_t *n, const Spec *s, SpecLayer *l)
+{
+	if (n->type != YAML_MAPPING_NODE)
+		return at(p, n, "each 'moe' entry must be a mapping (scope, experts, top_k, ...), not %s", kind(n));
+	yaml_node_t *v[L_N];
+	if (keys(p, n, "a 'moe' entry", LKEYS, L_N, v))
+		return -1;
+	l->line = (int)n->start_mark.line + 1;
+	l->col = (int)n->start_mark.column + 1;
+	for (int k = L_SCOPE; k <= L_TOPK; k++)
+		if (!v[k])
+			return at(p, n, "'moe' entry lacks required key '%s'", LKEYS[k]);
+	if (get_str(p, "scope", v[L_SCOPE], &l->scope) || get_int(p, "experts", v[L_EXPERTS], &l->experts) ||
+		get_int(p, "top_k", v[L_TOPK], &l->top_k))
+		return -1;
+	if (!*l->scope)
+		return at(p, v[L_SCOPE], "'scope' is empty; give the layer's module path, e.g. model.6");
+	if (l->experts < 1)
+		return at(p, v[L_EXPERTS], "'experts' must be at least 1, got %d", l->experts);
+	if (l->top_k < 1)
+		return at(p, v[L_TOPK], "'top_k' must be at least 1, got %d", l->top_k);
+	if (l->top_k > l->experts)
+		return at(p, v[L_TOPK], "'top_k' (%d) exceeds 'experts' (%d)", l->top_k, l->experts);
+	l->expert = "experts.{i}";
+	if (v[L_EXPERT]) {
+		if (get_str(p, "expert", v[L_EXPERT], &l->expert))
+			return -1;
+		if (!strstr(l->expert, "{i}"))
+			return at(p, v[L_EXPERT], "'expert' pattern '%s' lacks '{i}' (the expert's index), e.g. experts.{i}",
+				l->expert);
+	}
+	l->weights = s->weights;
+	if (v[L_WEIGHTS] && weights(p, v[L_WEIGHTS], &l->weights))
+		return -1;
+	if (!l->weights)
+		return at(p, n, "layer '%s' has no 'weights' and there is no top-level 'weights'", l->scope);
+	l->prefix = "";
+	if (v[L_PREFIX] && v[L_PREFIX]->type == YAML_SCALAR_NODE && is_null(v[L_PREFIX]))
+		; /* "prefix:" left empty means no prefix */
+	else if (v[L_PREFIX] && get_str(p, "prefix", v[L_PREFIX], &l->prefix))
+		return -1;
+	l->checkpoint_key = s->checkpoint_key;
+	if (v[L_CKEY] && get_str(p, "checkpoint_key", v[L_CKEY], &l->checkpoint_key))
+		return -1;
+	if (v[L_INPUT] && get_str(p, "input", v[L_INPUT], &l->input))
+		return -1;
+	if (v[L_OUTPUT] && get_str(p, "output", v[L_OUTPUT], &l->output))
+		return -1;
+	if (v[L_ROUTER]) {
+		if (v[L_ROUTER]->type != YAML_MAPPING_NODE)
+			return at(p, v[L_ROUTER], "'router' must be a mapping with 'indices' and/or 'weights', not %s",
+				kind(v[L_ROUTER]));
+		yaml_node_t *r[R_N];
+		if (keys(p, v[L_ROUTER], "'router'", RKEYS, R_N, r))
+			return -1;
+		if (r[R_INDICES] && get_str(p, "indices", r[R_INDICES], &l->router_indices))
+			return -1;
+		if (r[R_WEIGHTS] && get_str(p, "weights", r[R_WEIGHTS], &l->router_weights))
+			return -1;
+	}
+	return 0;
+}
+
+/* libyaml's problem, with its mark; tabs get an explanation since YAML
+ * forbids them for indentation and libyaml's wording hides that. */
+static int syntax(P *p, const yaml_parser_t *ps, const char *src, size_t len)
+{
+	const yaml_mark_t *m = &ps->problem_mark;
+	const char *prob = ps->problem ? ps->problem : "YAML syntax error";
+	if (m->index < len && src[m->index] == '\t')
+		return errf(p->e, "%s:%zu:%zu: tab character; YAML indentation must use spaces",
+			p->path, m->line + 1, m->column + 1);
+	if (ps->context)
+		return errf(p->e, "%s:%zu:%zu: %s %s (line %zu)", p->path, m->line + 1, m->column + 1, prob,
+			ps->context, ps->context_mark.line + 1);
+	return errf(p->e, "%s:%zu:%zu: %s", p->path, m->line + 1, m->column + 1, prob);
+}
+
+static int load(P *p, const char *src, size_t len, Spec *s)
+{
+	yaml_parser_t ps;
+	if (!yaml_parser_initialize(&ps))
+		return errf(p->e, "%s: cannot initialise libyaml", p->path);
+	yaml_parser_set_input_string(&ps, (const unsigned char *)src, len);
+	yaml_document_t doc;
+	if (!yaml_parser_load(&ps, &doc)) {
+		syntax(p, &ps, src, len);
+		yaml_parser_delete(&ps);
+		return -1;
+	}
+	p->doc = &doc;
+	int rc = -1;
+	yaml_node_t *root = yaml_document_get_root_node(&doc);
+	if (!root || is_null(root)) {
+		errf(p->e, "%s:1:1: empty document; expected a mapping with 'weights' and 'moe' (see schema/experts.yaml)",
+			p->path);
+		goto out;
+	}
+	if (root->type != YAML_MAPPING_NODE) {
+		at(p, root, "the document must be a mapping with 'weights' and 'moe', not %s", kind(root));
+		goto out;
+	}
+	yaml_node_t *v[T_N];
+	if (keys(p, root, "the top level", TKEYS, T_N, v))
+		goto out;
+	if (v[T_VERSION]) {
+		int ver;
+		if (get_int(p, "version", v[T_VERSION], &ver))
+			goto out;
+		if (ver != 1) {
+			at(p, v[T_VERSION], "schema version %d is not supported; this tool reads version 1", ver);
+			goto out;
+		}
+	}
+	if (v[T_WEIGHTS] && weights(p, v[T_WEIGHTS], &s->weights))
+		goto out;
+	if (v[T_CKEY] && get_str(p, "checkpoint_key", v[T_CKEY], &s->checkpoint_key))
+		goto out;
+	if (!v[T_MOE]) {
+		at(p, root, "missing required key 'moe' (the list of MoE layers)");
+		goto out;
+	}
+	yaml_node_t *moe = v[T_MOE];
+	if (moe->type != YAML_SEQUENCE_NODE) {
+		at(p, moe, "'moe' must be a list of layers, not %s", kind(moe));
+		goto out;
+	}
+	size_t n = (size_t)(moe->data.sequence.items.top - moe->data.sequence.items.start);
+	if (!n) {
+		at(p, moe, "'moe' lists no layers");
+		goto out;
+	}
+	s->layer = arena_alloc(p->a, n * sizeof *s->layer);
+	for (size_t i = 0; i < n; i++) {
+		yaml_node_t *ln = yaml_document_get_node(&doc, moe->data.sequence.items.start[i]);
+		if (layer(p, ln, s, &s->layer[i]))
+			goto out;
+		/* Layers are few (one per MoE block): a quadratic check is fine. */
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(s->layer[j].scope, s->layer[i].scope)) {
+				at(p, ln, "duplicate scope '%s' (first at line %d)", s->layer[i].scope, s->layer[j].line);
+				goto out;
+			}
+		s->nlayer = i + 1;
+	}
+	rc = 0;
+out:
+	yaml_document_delete(&doc);
+	yaml_parser_delete(&ps);
+	return rc;
+}
+
+int spec_load(Spec *s, const char *path, Arena *a, Err *e)
+{
+	memset(s, 0, sizeof *s);
+	s->path = arena_strdup(a, path);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return errf(e, "%s: %s", path, strerror(errno));
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	for (size_t r; buf && (r = fread(buf + len, 1, cap - len, f)) > 0;) {
+		len += r;
+		if (len == cap) {
+			char *nb = cap > (1u << 24) ? NULL : realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+	}
+	int bad = ferror(f);
+	fclose(f);
+	if (!buf || bad) {
+		free(buf);
+		return errf(e, "%s: %s", path, bad ? "read error" : "file too large for an expert description (over 16 MB)");
+	}
+	const char *slash = strrchr(path, '/');
+	P p = { path, slash ? arena_printf(a, "%.*s", (int)(slash - path + (slash == path)), path) : "", NULL, a, e };
+	int rc = load(&p, buf, len, s);
+	free(buf);
+	return rc;
+}
+
+const char *spec_expert_path(Arena *a, const SpecLayer *l, int i)
+{
+	const char *pat = l->expert ? l->expert : "experts.{i}";
+	char num[16];
+	snprintf(num, sizeof num, "%d", i);
+	size_t n = 0;
+	for (const char *q = pat; *q;)
+		if (!strncmp(q, "{i}", 3))
+			n += strlen(num), q += 3;
+		else
+			n++, q++;
+	char *o = arena_alloc(a, n + 1), *w = o;
+	for (const char *q = pat; *q;)
+		if (!strncmp(q, "{i}", 3)) {
+			memcpy(w, num, strlen(num));
+			w += strlen(num);
+			q += 3;
+		} else
+			*w++ = *q++;
+	*w = 0;
+	return o;
+}

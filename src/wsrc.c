@@ -1,0 +1,333 @@
+#include "wsrc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int ends_with(const char *s, const char *suf)
+{
+	size_t n = strlen(s), m = strlen(suf);
+	return n >= m && strcasecmp(s + n - m, suf) == 0;
+}
+
+WSrc *wsrc_open(const char *path, const char *key, Arena *a, Err *e)
+{
+	struct stat st;
+	if (stat(path, &st) < 0) {
+		errf(e, "%s: %s; check the 'weights' path in experts.yaml", path, strerror(errno));
+		return NULL;
+	}
+	WSrc *w = arena_alloc(a, sizeof *w);
+	w->path = arena_strdup(a, path);
+	w->a = a;
+	map_init(&w->byname, a, 64);
+	int rc;
+	if (S_ISDIR(st.st_mode))
+		rc = wsrc_read_npydir(w, e);
+	else if (ends_with(path, ".safetensors"))
+		rc = wsrc_read_safetensors(w, e);
+	else if (ends_with(path, ".npz"))
+		rc = wsrc_read_npz(w, e);
+	else if (ends_with(path, ".onnx"))
+		rc = wsrc_read_onnx(w, e);
+	else if (ends_with(path, ".pt") || ends_with(path, ".pth") || ends_with(path, ".bin"))
+		rc = wsrc_read_pt(w, key, e);
+	else {
+		errf(e, "%s: unknown weight source type; use .safetensors, .npz, .onnx, .pt/.pth or a directory of .npy files",
+			path);
+		return NULL;
+	}
+	if (rc) {
+		/* Readers report without the file name; add it once. */
+		size_t n = strlen(path);
+		if (strncmp(e->msg, path, n) != 0 || e->msg[n] != ':')
+			errwrap(e, "%s", path);
+		wsrc_close(w);
+		return NULL;
+	}
+	return w;
+}
+
+void wsrc_close(WSrc *w)
+{
+	if (!w)
+		return;
+	for (size_t i = 0; i < w->nmaps; i++)
+		munmap(w->maps[i].base, w->maps[i].len);
+	w->nmaps = 0;
+}
+
+const WTensor *wsrc_get(const WSrc *w, const char *name)
+{
+	uintptr_t i = (uintptr_t)map_get(&w->byname, name);
+	return i ? &w->t[i - 1] : NULL;
+}
+
+int wsrc_add(WSrc *w, const WTensor *t, Err *e)
+{
+	if (map_get(&w->byname, t->name))
+		return errf(e, "tensor '%s' appears twice", t->name);
+	if (!(w->n & (w->n - 1))) /* grow at powers of two */
+		w->t = arena_grow(w->a, w->t, w->n * sizeof *w->t, (w->n ? 2 * w->n : 16) * sizeof *w->t);
+	w->t[w->n] = *t;
+	/* The map points into w->t, which moves when it grows: store indices. */
+	w->n++;
+	map_put(&w->byname, w->t[w->n - 1].name, (void *)(uintptr_t)w->n);
+	return 0;
+}
+
+int wsrc_mmap(WSrc *w, const char *path, const void **base, size_t *len, Err *e)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errf(e, "%s: %s", path, strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		int err = errno;
+		close(fd);
+		return errf(e, "%s: %s", path, strerror(err));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return errf(e, "%s: not a regular file", path);
+	}
+	*len = (size_t)st.st_size;
+	if (st.st_size == 0) {
+		close(fd);
+		*base = "";
+		return 0;
+	}
+	void *p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
+	int err = errno;
+	close(fd);
+	if (p == MAP_FAILED)
+		return errf(e, "%s: cannot map: %s", path, strerror(err));
+	if (!(w->nmaps & (w->nmaps - 1)))
+		w->maps = arena_grow(w->a, w->maps, w->nmaps * sizeof *w->maps,
+			(w->nmaps ? 2 * w->nmaps : 4) * sizeof *w->maps);
+	w->maps[w->nmaps++] = (WMapping){ p, *len };
+	*base = p;
+	return 0;
+}
+
+static int cmpstr(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int wsrc_missing(const WSrc *w, const char *key, const char *under, Err *e)
+{
+	size_t ul = strlen(under), k = 0;
+	const char **found = malloc((w->n ? w->n : 1) * sizeof *found);
+	if (!found)
+		return errf(e, "%s: no tensor '%s'", w->path, key);
+	for (size_t i = 0; i < w->n; i++)
+		if (strncmp(w->t[i].name, under, ul) == 0)
+			found[k++] = w->t[i].name + ul;
+	qsort(found, k, sizeof *found, cmpstr);
+	char list[600];
+	size_t n = 0;
+	list[0] = 0;
+	for (size_t i = 0; i < k && n < sizeof list; i++) {
+		int r = snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", found[i]);
+		if (r < 0 || (size_t)r >= sizeof list - n) {
+			snprintf(list + n, sizeof list - n, ", ... (%zu in all)", k);
+			break;
+		}
+		n += (size_t)r;
+	}
+	free(found);
+	if (k)
+		return errf(e, "%s: no tensor '%s'; keys under '%s': %s", w->path, key, under, list);
+	return errf(e, "%s: no tensor '%s' and no key starts with '%s' (%zu tensors in the file); check scope, expert and prefix in experts.yaml",
+		w->path, key, under, w->n);
+}
+
+size_t wt_dtype_size(int dtype)
+{
+	switch (dtype) {
+	case 1: case 6: case 12: return 4;            /* float int32 uint32 */
+	case 2: case 3: case 9: return 1;             /* uint8 int8 bool */
+	case 17: case 18: case 19: case 20: return 1; /* float8 variants */
+	case 4: case 5: case 10: case 16: return 2;   /* uint16 int16 float16 bfloat16 */
+	case 7: case 11: case 13: case 14: return 8;  /* int64 double uint64 complex64 */
+	case 15: return 16;                           /* complex128 */
+	default: return 0;                            /* undefined, string, unknown */
+	}
+}
+
+const char *wt_dtype_name(int dtype)
+{
+	static const char *n[] = { "undefined", "float", "uint8", "int8", "uint16", "int16", "int32",
+		"int64", "string", "bool", "float16", "double", "uint32", "uint64", "complex64",
+		"complex128", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz" };
+	return dtype >= 0 && dtype < (int)(sizeof n / sizeof *n) ? n[dtype] : "unknown";
+}
+
+int64_t wt_numel(const WTensor *t)
+{
+	if (t->ndim < 0 || t->ndim > WT_MAXDIM)
+		return -1;
+	int64_t n = 1;
+	for (int i = 0; i < t->ndim; i++) {
+		int64_t d = t->dims[i];
+		if (d < 0 || (d && n > INT64_MAX / d))
+			return -1;
+		n *= d;
+	}
+	return n;
+}
+
+int64_t wt_nbytes(const WTensor *t)
+{
+	int64_t n = wt_numel(t);
+	int64_t s = (int64_t)wt_dtype_size(t->dtype);
+	if (n < 0 || !s || n > INT64_MAX / s)
+		return -1;
+	return n * s;
+}
+
+float wt_f16_to_f32(uint16_t h)
+{
+	uint32_t s = (uint32_t)(h & 0x8000) << 16, ex = h >> 10 & 0x1f, m = h & 0x3ff, x;
+	if (ex == 0) {
+		float v = ldexpf((float)m, -24); /* zero or subnormal: exact */
+		return s ? -v : v;
+	}
+	if (ex == 31)
+		x = s | 0x7f800000 | m << 13;
+	else
+		x = s | (ex + 112) << 23 | m << 13;
+	float f;
+	memcpy(&f, &x, 4);
+	return f;
+}
+
+float wt_bf16_to_f32(uint16_t h)
+{
+	uint32_t x = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &x, 4);
+	return f;
+}
+
+/* Round to nearest even, as the hardware conversions do (after F. Giesen's
+ * float_to_half_fast3_rtne): overflow goes to inf, tiny values to
+ * subnormals or signed zero, NaN stays a quiet NaN. */
+uint16_t wt_f32_to_f16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	uint32_t sign = x & 0x80000000u;
+	x ^= sign;
+	uint16_t o;
+	if (x >= (127u + 16) << 23)
+		o = x > 0x7f800000u ? 0x7e00 | (x >> 13 & 0x1ff) : 0x7c00;
+	else if (x < 113u << 23) {
+		/* Adding 0.5 aligns the 10 mantissa bits at the bottom of the
+		 * float; the FPU rounds the rest away to nearest even. */
+		uint32_t magic = ((127u - 15) + (23 - 10) + 1) << 23;
+		float fm, fx;
+		memcpy(&fm, &magic, 4);
+		memcpy(&fx, &x, 4);
+		fx += fm;
+		memcpy(&x, &fx, 4);
+		o = (uint16_t)(x - magic);
+	} else {
+		uint32_t odd = x >> 13 & 1;
+		x += ((uint32_t)(15 - 127) << 23) + 0xfff + odd;
+		o = (uint16_t)(x >> 13);
+	}
+	return (uint16_t)(o | sign >> 16);
+}
+
+uint16_t wt_f32_to_bf16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	if ((x & 0x7fffffff) > 0x7f800000)
+		return (uint16_t)(x >> 16 | 0x40); /* keep NaN a (quiet) NaN */
+	x += 0x7fff + (x >> 16 & 1);
+	return (uint16_t)(x >> 16);
+}
+
+static int is_float(int dt)
+{
+	return dt == 1 || dt == 10 || dt == 16 || dt == 11;
+}
+
+int wt_to_f32(const WTensor *t, float *out, Err *e)
+{
+	int64_t n = wt_numel(t);
+	if (n < 0)
+		return errf(e, "tensor '%s': element count overflows", t->name);
+	const unsigned char *p = t->data;
+	switch (t->dtype) {
+	case 1:
+		memcpy(out, p, (size_t)n * 4);
+		return 0;
+	case 10: case 16:
+		for (int64_t i = 0; i < n; i++) {
+			uint16_t h;
+			memcpy(&h, p + 2 * i, 2);
+			out[i] = t->dtype == 10 ? wt_f16_to_f32(h) : wt_bf16_to_f32(h);
+		}
+		return 0;
+	case 11:
+		for (int64_t i = 0; i < n; i++) {
+			double d;
+			memcpy(&d, p + 8 * i, 8);
+			out[i] = (float)d;
+		}
+		return 0;
+	default:
+		return errf(e, "tensor '%s' is %s, not a floating-point type", t->name, wt_dtype_name(t->dtype));
+	}
+}
+
+int wt_convert(const WTensor *t, int dtype, Arena *a, WTensor *out, Err *e)
+{
+	*out = *t;
+	if (t->dtype == dtype)
+		return 0;
+	if (!is_float(t->dtype) || !is_float(dtype))
+		return errf(e, "tensor '%s' is %s and cannot become %s; only float, float16, bfloat16 and double convert",
+			t->name, wt_dtype_name(t->dtype), wt_dtype_name(dtype));
+	int64_t n = wt_numel(t);
+	if (n < 0 || (uint64_t)n > SIZE_MAX / 8)
+		return errf(e, "tensor '%s': element count overflows", t->name);
+	float *f = t->dtype == 1 ? NULL : arena_alloc_raw(a, (size_t)n * 4 + 1);
+	if (f && wt_to_f32(t, f, e))
+		return -1;
+	const float *src = f ? f : NULL;
+	unsigned char *o = arena_alloc_raw(a, (size_t)n * wt_dtype_size(dtype) + 1);
+	for (int64_t i = 0; i < n; i++) {
+		float v;
+		if (src)
+			v = src[i];
+		else
+			memcpy(&v, (const unsigned char *)t->data + 4 * i, 4);
+		if (dtype == 1)
+			memcpy(o + 4 * i, &v, 4);
+		else if (dtype == 11) {
+			double d = v;
+			memcpy(o + 8 * i, &d, 8);
+		} else {
+			uint16_t h = dtype == 10 ? wt_f32_to_f16(v) : wt_f32_to_bf16(v);
+			memcpy(o + 2 * i, &h, 2);
+		}
+	}
+	/* double -> f16/bf16 goes through f32: a double rounding, harmless for
+	 * weights (error below half an ulp of the target in all but ties). */
+	out->dtype = dtype;
+	out->data = o;
+	out->nbytes = (size_t)n * wt_dtype_size(dtype);
+	return 0;
+}

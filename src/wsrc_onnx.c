@@ -1,0 +1,149 @@
+/* A donor .onnx model: its initializers, and the tensors of its Constant
+ * nodes under their output names (exporters fold weights either way), in
+ * the main graph and in subgraphs (If/Loop bodies of scripted exports). */
+#include <string.h>
+
+#include "onnx.pb-c.h"
+#include "wsrc.h"
+
+/* Typed fields hold one element per entry (int32_data also carries the
+ * 8- and 16-bit types and float16/bfloat16 bit patterns). */
+static int typed(WSrc *w, const Onnx__TensorProto *tp, WTensor *t, int64_t n, Err *e)
+{
+	size_t es = wt_dtype_size(t->dtype), have;
+	int comp = t->dtype == 14 || t->dtype == 15;
+	switch (t->dtype) {
+	case 1: case 14: have = tp->n_float_data; break;
+	case 11: case 15: have = tp->n_double_data; break;
+	case 7: have = tp->n_int64_data; break;
+	case 12: case 13: have = tp->n_uint64_data; break;
+	default: have = tp->n_int32_data; break;
+	}
+	if ((uint64_t)have != (uint64_t)n * (comp ? 2 : 1))
+		return errf(e, "tensor '%s': %zu values in its typed field, shape needs %lld",
+			t->name, have, (long long)n * (comp ? 2 : 1));
+	unsigned char *o = arena_alloc_raw(w->a, (size_t)n * es + 1);
+	for (int64_t i = 0; i < n; i++) {
+		unsigned char *d = o + (size_t)i * es;
+		switch (t->dtype) {
+		case 1: case 11: case 7: case 14: case 15:
+			memcpy(d, t->dtype == 7 ? (const void *)(tp->int64_data + i)
+				: t->dtype == 11 || t->dtype == 15 ? (const void *)(tp->double_data + i * (comp ? 2 : 1))
+				: (const void *)(tp->float_data + i * (comp ? 2 : 1)), es);
+			break;
+		case 12: { uint32_t v = (uint32_t)tp->uint64_data[i]; memcpy(d, &v, 4); break; }
+		case 13: memcpy(d, &tp->uint64_data[i], 8); break;
+		case 6: memcpy(d, &tp->int32_data[i], 4); break;
+		case 4: case 5: case 10: case 16: { uint16_t v = (uint16_t)tp->int32_data[i]; memcpy(d, &v, 2); break; }
+		default: *d = (unsigned char)tp->int32_data[i]; break;
+		}
+	}
+	t->data = o;
+	return 0;
+}
+
+static int tensor(WSrc *w, const Onnx__TensorProto *tp, const char *name, Err *e)
+{
+	WTensor t = { .name = name };
+	if (!name || !*name)
+		return 0; /* unnamed initializers cannot be asked for */
+	if (tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+		return errf(e, "tensor '%s' keeps its data in an external file; external data is not supported yet: save the donor with onnx.save(m, path, save_as_external_data=False)",
+			name);
+	if (tp->segment)
+		return errf(e, "tensor '%s' is segmented; segmented tensors are not supported", name);
+	t.dtype = tp->data_type;
+	if (!wt_dtype_size(t.dtype))
+		return errf(e, "tensor '%s' has data type %d (%s), which holds no fixed-size numbers",
+			name, t.dtype, wt_dtype_name(t.dtype));
+	if (tp->n_dims > WT_MAXDIM)
+		return errf(e, "tensor '%s' has %zu dimensions; at most %d are supported", name, tp->n_dims, WT_MAXDIM);
+	t.ndim = (int)tp->n_dims;
+	if (tp->n_dims)
+		memcpy(t.dims, tp->dims, tp->n_dims * sizeof *tp->dims);
+	int64_t nb = wt_nbytes(&t);
+	if (nb < 0)
+		return errf(e, "tensor '%s': shape overflows or has a negative dimension", name);
+	if (tp->has_raw_data) {
+		if ((uint64_t)tp->raw_data.len != (uint64_t)nb)
+			return errf(e, "tensor '%s': raw_data holds %zu bytes, %s of this shape needs %lld",
+				name, tp->raw_data.len, wt_dtype_name(t.dtype), (long long)nb);
+		t.data = tp->raw_data.data ? tp->raw_data.data : (const void *)"";
+	} else if (typed(w, tp, &t, wt_numel(&t), e))
+		return -1;
+	t.nbytes = (size_t)nb;
+	return wsrc_add(w, &t, e);
+}
+
+static int graph(WSrc *w, const Onnx__GraphProto *g, int depth, Err *e);
+
+static int node(WSrc *w, const Onnx__NodeProto *n, int depth, Err *e)
+{
+	for (size_t i = 0; i < n->n_attribute; i++) {
+		const Onnx__AttributeProto *at = n->attribute[i];
+		if (at->g && graph(w, at->g, depth + 1, e))
+			return -1;
+		for (size_t k = 0; k < at->n_graphs; k++)
+			if (graph(w, at->graphs[k], depth + 1, e))
+				return -1;
+	}
+	if (strcmp(n->op_type, "Constant") || (n->domain && *n->domain && strcmp(n->domain, "ai.onnx")) ||
+		n->n_output < 1)
+		return 0;
+	for (size_t i = 0; i < n->n_attribute; i++) {
+		const Onnx__AttributeProto *at = n->attribute[i];
+		const char *out = n->output[0];
+		WTensor t = { .name = out };
+		if (!strcmp(at->name, "value") && at->t)
+			return tensor(w, at->t, out, e);
+		if (!strcmp(at->name, "value_float")) {
+			t.dtype = 1;
+			t.data = arena_dup(w->a, &at->f, 4);
+			t.nbytes = 4;
+		} else if (!strcmp(at->name, "value_floats")) {
+			t.dtype = 1, t.ndim = 1, t.dims[0] = (int64_t)at->n_floats;
+			t.data = arena_dup(w->a, at->floats, at->n_floats * 4);
+			t.nbytes = at->n_floats * 4;
+		} else if (!strcmp(at->name, "value_int")) {
+			t.dtype = 7;
+			t.data = arena_dup(w->a, &at->i, 8);
+			t.nbytes = 8;
+		} else if (!strcmp(at->name, "value_ints")) {
+			t.dtype = 7, t.ndim = 1, t.dims[0] = (int64_t)at->n_ints;
+			t.data = arena_dup(w->a, at->ints, at->n_ints * 8);
+			t.nbytes = at->n_ints * 8;
+		} else
+			continue; /* string or sparse constants are never weights */
+		return wsrc_add(w, &t, e);
+	}
+	return 0;
+}
+
+static int graph(WSrc *w, const Onnx__GraphProto *g, int depth, Err *e)
+{
+	if (depth > 64)
+		return errf(e, "subgraphs nested deeper than 64 levels");
+	for (size_t i = 0; i < g->n_initializer; i++)
+		if (tensor(w, g->initializer[i], g->initializer[i]->name, e))
+			return -1;
+	for (size_t i = 0; i < g->n_node; i++)
+		if (node(w, g->node[i], depth, e))
+			return -1;
+	return 0;
+}
+
+int wsrc_read_onnx(WSrc *w, Err *e)
+{
+	const void *base;
+	size_t len;
+	if (wsrc_mmap(w, w->path, &base, &len, e))
+		return -1;
+	ProtobufCAllocator pa = arena_pb(w->a);
+	Onnx__ModelProto *m = onnx__model_proto__unpack(&pa, len, base);
+	if (!m)
+		return errf(e, "not a valid ONNX model (protobuf decoding failed); file truncated or not .onnx?");
+	if (!m->graph)
+		return errf(e, "ONNX model has no graph");
+	/* Tensors now live in the arena; the mapping is no longer needed. */
+	return graph(w, m->graph, 0, e);
+}

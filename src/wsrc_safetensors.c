@@ -1,0 +1,136 @@
+/* safetensors: an 8-byte little-endian header length, a JSON header
+ * {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__":
+ * {...}}, then the data area the offsets index. Tensors point into the
+ * mapping. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "wsrc.h"
+
+static const struct {
+	const char *name;
+	int dtype;
+} DTYPES[] = {
+	{ "F64", 11 }, { "F32", 1 }, { "F16", 10 }, { "BF16", 16 },
+	{ "I64", 7 }, { "I32", 6 }, { "I16", 5 }, { "I8", 3 },
+	{ "U64", 13 }, { "U32", 12 }, { "U16", 4 }, { "U8", 2 },
+	{ "BOOL", 9 }, { "F8_E4M3", 17 }, { "F8_E5M2", 19 },
+};
+
+typedef struct {
+	int64_t begin, end;
+	const char *name;
+} Span;
+
+static int cmpspan(const void *a, const void *b)
+{
+	const Span *x = a, *y = b;
+	return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+}
+
+static int entry(WSrc *w, const char *name, const JVal *v, const unsigned char *data,
+	uint64_t dlen, Span *sp, Err *e)
+{
+	if (v->type != J_OBJ)
+		return errf(e, "header: tensor '%s' is %s, expected an object", name, json_type_name(v->type));
+	const JVal *dt = NULL, *sh = NULL, *off = NULL;
+	for (size_t i = 0; i < v->n; i++) {
+		const JVal **slot = !strcmp(v->key[i], "dtype") ? &dt
+			: !strcmp(v->key[i], "shape") ? &sh
+			: !strcmp(v->key[i], "data_offsets") ? &off : NULL;
+		if (!slot)
+			return errf(e, "header: tensor '%s' has unknown field '%s'", name, v->key[i]);
+		if (*slot)
+			return errf(e, "header: tensor '%s' has field '%s' twice", name, v->key[i]);
+		*slot = v->v[i];
+	}
+	if (!dt || !sh || !off)
+		return errf(e, "header: tensor '%s' lacks '%s'", name, !dt ? "dtype" : !sh ? "shape" : "data_offsets");
+	WTensor t = { .name = arena_strdup(w->a, name) };
+	if (dt->type != J_STR)
+		return errf(e, "header: tensor '%s': dtype is %s, expected a string", name, json_type_name(dt->type));
+	for (size_t i = 0; i < sizeof DTYPES / sizeof *DTYPES; i++)
+		if (!strcmp(dt->s, DTYPES[i].name))
+			t.dtype = DTYPES[i].dtype;
+	if (!t.dtype)
+		return errf(e, "header: tensor '%s' has unknown dtype '%s'", name, dt->s);
+	if (sh->type != J_ARR)
+		return errf(e, "header: tensor '%s': shape is %s, expected an array", name, json_type_name(sh->type));
+	if (sh->n > WT_MAXDIM)
+		return errf(e, "header: tensor '%s' has %zu dimensions; at most %d are supported", name, sh->n, WT_MAXDIM);
+	t.ndim = (int)sh->n;
+	for (size_t i = 0; i < sh->n; i++)
+		if (json_uint(sh->v[i], &t.dims[i]))
+			return errf(e, "header: tensor '%s': shape[%zu] is not a non-negative integer", name, i);
+	int64_t b, en;
+	if (off->type != J_ARR || off->n != 2 || json_uint(off->v[0], &b) || json_uint(off->v[1], &en))
+		return errf(e, "header: tensor '%s': data_offsets must be [begin, end] non-negative integers", name);
+	if (b > en || (uint64_t)en > dlen)
+		return errf(e, "header: tensor '%s': data_offsets [%lld, %lld] outside the data area (%llu bytes); file truncated?",
+			name, (long long)b, (long long)en, (unsigned long long)dlen);
+	int64_t nb = wt_nbytes(&t);
+	if (nb < 0)
+		return errf(e, "header: tensor '%s': shape overflows", name);
+	if (nb != en - b)
+		return errf(e, "header: tensor '%s': %s with shape of %lld elements needs %lld bytes, data_offsets give %lld",
+			name, dt->s, (long long)wt_numel(&t), (long long)nb, (long long)(en - b));
+	t.data = data + b;
+	t.nbytes = (size_t)nb;
+	*sp = (Span){ b, en, t.name };
+	return wsrc_add(w, &t, e);
+}
+
+int wsrc_read_safetensors(WSrc *w, Err *e)
+{
+	const void *base;
+	size_t len;
+	if (wsrc_mmap(w, w->path, &base, &len, e))
+		return -1;
+	const unsigned char *p = base;
+	if (len < 8)
+		return errf(e, "truncated: %zu bytes, shorter than the 8-byte header length", len);
+	uint64_t hl = 0;
+	for (int i = 7; i >= 0; i--)
+		hl = hl << 8 | p[i];
+	if (hl > len - 8)
+		return errf(e, "header length %llu runs past the end of the file (%zu bytes); truncated, or not a safetensors file",
+			(unsigned long long)hl, len);
+	JVal *h = json_parse((const char *)p + 8, (size_t)hl, w->a, e);
+	if (!h)
+		return errwrap(e, "header");
+	if (h->type != J_OBJ)
+		return errf(e, "header is %s, expected an object", json_type_name(h->type));
+	const unsigned char *data = p + 8 + hl;
+	uint64_t dlen = len - 8 - hl;
+	Span *sp = arena_alloc(w->a, (h->n + 1) * sizeof *sp);
+	size_t ns = 0;
+	for (size_t i = 0; i < h->n; i++) {
+		if (!strcmp(h->key[i], "__metadata__")) {
+			const JVal *m = h->v[i];
+			if (m->type != J_OBJ)
+				return errf(e, "header: __metadata__ is %s, expected an object", json_type_name(m->type));
+			for (size_t k = 0; k < m->n; k++)
+				if (m->v[k]->type != J_STR)
+					return errf(e, "header: __metadata__ '%s' is %s, expected a string",
+						m->key[k], json_type_name(m->v[k]->type));
+			continue;
+		}
+		if (entry(w, h->key[i], h->v[i], data, dlen, &sp[ns], e))
+			return -1;
+		ns++;
+	}
+	/* Zero-length tensors own no bytes and cannot overlap anything. */
+	qsort(sp, ns, sizeof *sp, cmpspan);
+	int64_t end = 0;
+	const char *last = NULL;
+	for (size_t i = 0; i < ns; i++) {
+		if (sp[i].begin == sp[i].end)
+			continue;
+		if (sp[i].begin < end)
+			return errf(e, "header: tensors '%s' and '%s' overlap in the data area", last, sp[i].name);
+		end = sp[i].end;
+		last = sp[i].name;
+	}
+	return 0;
+}

@@ -1,0 +1,296 @@
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "arena.h"
+#include "err.h"
+#include "zip.h"
+
+/* Fixtures from testdata/unit/mkzip.sh (Info-ZIP and Python's zipfile);
+ * malformed archives are those bytes, edited, or built below. */
+static unsigned char *slurp(const char *name, size_t *len)
+{
+	const char *top = getenv("top_srcdir");
+	char path[4096];
+	snprintf(path, sizeof path, "%s/testdata/unit/%s", top ? top : ".", name);
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	unsigned char *b = malloc((size_t)n);
+	ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*len = (size_t)n;
+	return b;
+}
+
+static void check_members(const char *file)
+{
+	size_t len;
+	unsigned char *b = slurp(file, &len);
+	Arena *a = arena_new();
+	Zip z;
+	Err e = { "" };
+	ck_assert_msg(zip_open(&z, b, len, a, &e) == 0, "%s: %s", file, e.msg);
+	ck_assert_uint_ge(z.n, 2);
+	const ZipMember *m = zip_find(&z, "a.txt");
+	ck_assert_ptr_nonnull(m);
+	const void *d;
+	ck_assert_msg(zip_read(&z, m, &d, &e) == 0, "%s", e.msg);
+	ck_assert_uint_eq(m->usize, 14);
+	ck_assert_int_eq(memcmp(d, "hello, stored\n", 14), 0);
+	if (m->method == ZIP_STORED)
+		ck_assert_ptr_eq(d, b + m->off); /* no copy */
+	m = zip_find(&z, "b.txt");
+	ck_assert_ptr_nonnull(m);
+	ck_assert_msg(zip_read(&z, m, &d, &e) == 0, "%s", e.msg);
+	ck_assert_uint_eq(m->usize, 2000);
+	for (int i = 0; i < 500; i++)
+		ck_assert_int_eq(memcmp((const char *)d + 4 * i, "moe ", 4), 0);
+	ck_assert_ptr_null(zip_find(&z, "c.txt"));
+	arena_free(a);
+	free(b);
+}
+
+START_TEST(zip_stored) { check_members("stored.zip"); }
+END_TEST
+START_TEST(zip_deflated) { check_members("deflated.zip"); }
+END_TEST
+
+START_TEST(zip_python_zip64_local)
+{
+	check_members("zip64.zip");
+	size_t len;
+	unsigned char *b = slurp("zip64.zip", &len);
+	Arena *a = arena_new();
+	Zip z;
+	Err e;
+	ck_assert_int_eq(zip_open(&z, b, len, a, &e), 0);
+	const ZipMember *m = zip_find(&z, "c.bin");
+	const void *d;
+	ck_assert_int_eq(zip_read(&z, m, &d, &e), 0);
+	ck_assert_uint_eq(m->usize, 0);
+	arena_free(a);
+	free(b);
+}
+END_TEST
+
+/* A tiny writer of stored archives, optionally in zip64 form (saturated
+ * 32-bit fields, zip64 extra fields, zip64 end records), to cover what the
+ * Python and Info-ZIP fixtures do not. */
+typedef struct {
+	unsigned char b[4096];
+	size_t n;
+} Buf;
+
+static void put(Buf *o, const void *p, size_t n)
+{
+	memcpy(o->b + o->n, p, n);
+	o->n += n;
+}
+static void p16(Buf *o, unsigned v) { unsigned char x[2] = { v & 255, v >> 8 & 255 }; put(o, x, 2); }
+static void p32(Buf *o, uint32_t v) { p16(o, v & 0xffff); p16(o, v >> 16); }
+static void p64(Buf *o, uint64_t v) { p32(o, (uint32_t)v); p32(o, (uint32_t)(v >> 32)); }
+
+static size_t build(Buf *o, int zip64, int n, const char **names, const char **data)
+{
+	size_t lh[8];
+	o->n = 0;
+	for (int i = 0; i < n; i++) {
+		size_t dl = strlen(data[i]);
+		lh[i] = o->n;
+		p32(o, 0x04034b50); p16(o, 20); p16(o, 0); p16(o, 0); p16(o, 0); p16(o, 0);
+		p32(o, (uint32_t)crc32(0, (const Bytef *)data[i], (uInt)dl));
+		p32(o, (uint32_t)dl); p32(o, (uint32_t)dl);
+		p16(o, (unsigned)strlen(names[i])); p16(o, 0);
+		put(o, names[i], strlen(names[i]));
+		put(o, data[i], dl);
+	}
+	size_t cd = o->n;
+	for (int i = 0; i < n; i++) {
+		size_t dl = strlen(data[i]);
+		p32(o, 0x02014b50); p16(o, 45); p16(o, 45); p16(o, 0); p16(o, 0); p16(o, 0); p16(o, 0);
+		p32(o, (uint32_t)crc32(0, (const Bytef *)data[i], (uInt)dl));
+		p32(o, zip64 ? 0xffffffff : (uint32_t)dl); p32(o, zip64 ? 0xffffffff : (uint32_t)dl);
+		p16(o, (unsigned)strlen(names[i])); p16(o, zip64 ? 28 : 0); p16(o, 0);
+		p16(o, 0); p16(o, 0); p32(o, 0);
+		p32(o, zip64 ? 0xffffffff : (uint32_t)lh[i]);
+		put(o, names[i], strlen(names[i]));
+		if (zip64) {
+			p16(o, 1); p16(o, 24); p64(o, dl); p64(o, dl); p64(o, lh[i]);
+		}
+	}
+	size_t cdlen = o->n - cd;
+	if (zip64) {
+		size_t e64 = o->n;
+		p32(o, 0x06064b50); p64(o, 44); p16(o, 45); p16(o, 45); p32(o, 0); p32(o, 0);
+		p64(o, (uint64_t)n); p64(o, (uint64_t)n); p64(o, cdlen); p64(o, cd);
+		p32(o, 0x07064b50); p32(o, 0); p64(o, e64); p32(o, 1);
+	}
+	p32(o, 0x06054b50); p16(o, 0); p16(o, 0);
+	p16(o, zip64 ? 0xffff : (unsigned)n); p16(o, zip64 ? 0xffff : (unsigned)n);
+	p32(o, zip64 ? 0xffffffff : (uint32_t)cdlen); p32(o, zip64 ? 0xffffffff : (uint32_t)cd);
+	p16(o, 0);
+	return cd;
+}
+
+static const char *NAMES[] = { "x.npy", "y.npy" };
+static const char *DATA[] = { "0123456789", "abc" };
+
+START_TEST(zip_zip64_records)
+{
+	Buf o;
+	build(&o, 1, 2, NAMES, DATA);
+	Arena *a = arena_new();
+	Zip z;
+	Err e = { "" };
+	ck_assert_msg(zip_open(&z, o.b, o.n, a, &e) == 0, "%s", e.msg);
+	ck_assert_uint_eq(z.n, 2);
+	const ZipMember *m = zip_find(&z, "y.npy");
+	ck_assert_uint_eq(m->usize, 3);
+	const void *d;
+	ck_assert_int_eq(zip_read(&z, m, &d, &e), 0);
+	ck_assert_int_eq(memcmp(d, "abc", 3), 0);
+	arena_free(a);
+}
+END_TEST
+
+/* Opens the bytes and expects failure with a message containing want. */
+static void refuse(const unsigned char *b, size_t len, const char *member, const char *want)
+{
+	Arena *a = arena_new();
+	Zip z;
+	Err e = { "" };
+	int rc = zip_open(&z, b, len, a, &e);
+	if (rc == 0 && member) {
+		const void *d;
+		rc = zip_read(&z, zip_find(&z, member), &d, &e);
+	}
+	ck_assert_int_eq(rc, -1);
+	ck_assert_msg(strstr(e.msg, want) != NULL, "got '%s', want '%s'", e.msg, want);
+	arena_free(a);
+}
+
+START_TEST(zip_truncated)
+{
+	size_t len;
+	unsigned char *b = slurp("deflated.zip", &len);
+	refuse(b, len - 30, NULL, "not a zip archive (no end-of-central-directory record); file truncated?");
+	refuse(b, 10, NULL, "not a zip archive");
+	refuse(b, 0, NULL, "not a zip archive");
+	free(b);
+	/* Cut inside the data but keep a (moved) directory pointing past the end. */
+	Buf o;
+	size_t cd = build(&o, 0, 2, NAMES, DATA);
+	unsigned char t[4096];
+	size_t tail = o.n - cd;
+	memcpy(t, o.b, 40);
+	memcpy(t + 40, o.b + cd, tail);
+	refuse(t, 40 + tail, NULL, "central directory (offset");
+}
+END_TEST
+
+START_TEST(zip_lying_sizes)
+{
+	Buf o;
+	size_t cd = build(&o, 0, 2, NAMES, DATA);
+	/* The first member's stored size claims 4 GB - 2. */
+	unsigned char *cs = o.b + cd + 20;
+	cs[0] = cs[1] = cs[2] = 0xff; cs[3] = 0xfe;
+	refuse(o.b, o.n, NULL, "member 'x.npy': 4278190079 bytes at offset 35 run past the end of the file");
+	build(&o, 0, 2, NAMES, DATA);
+	o.b[cd + 24] = 11; /* usize != csize for a stored member */
+	refuse(o.b, o.n, NULL, "member 'x.npy' is stored but declares 10 bytes compressed and 11 uncompressed");
+	/* Too many entries for the directory's size: refused before allocating. */
+	build(&o, 0, 2, NAMES, DATA);
+	o.b[o.n - 22 + 10] = 0xff;
+	o.b[o.n - 22 + 11] = 0x7f;
+	refuse(o.b, o.n, NULL, "central directory claims 32767 members but holds at most 2");
+	/* A deflated member claiming an impossible expansion ratio. */
+	size_t len;
+	unsigned char *b = slurp("deflated.zip", &len);
+	/* Find b.txt's central entry and set its usize to 0x7fffffff. */
+	unsigned char *c = NULL;
+	for (size_t i = 0; i + 4 < len; i++)
+		if (memcmp(b + i, "PK\1\2", 4) == 0 && memcmp(b + i + 46, "b.txt", 5) == 0)
+			c = b + i;
+	ck_assert_ptr_nonnull(c);
+	c[24] = c[25] = c[26] = 0xff; c[27] = 0x7f;
+	refuse(b, len, NULL, "member 'b.txt' declares 2147483647 bytes from 20 compressed, beyond what deflate can produce");
+	/* Plausible but wrong: 2001 bytes declared, 2000 produced. */
+	c[24] = 2001 & 255; c[25] = 2001 >> 8; c[26] = c[27] = 0;
+	refuse(b, len, "b.txt", "member 'b.txt' inflates to 2000 bytes but declares 2001");
+	c[24] = 1999 & 255; c[25] = 1999 >> 8;
+	refuse(b, len, "b.txt", "member 'b.txt' inflates past its declared size of 1999 bytes");
+	free(b);
+}
+END_TEST
+
+START_TEST(zip_offsets_past_end)
+{
+	Buf o;
+	size_t cd = build(&o, 0, 2, NAMES, DATA);
+	unsigned char *lh = o.b + cd + 46 + 42 + 5; /* second entry's local header offset */
+	lh[0] = 0x00; lh[1] = 0x10; lh[2] = 0; lh[3] = 0;
+	refuse(o.b, o.n, NULL, "member 'y.npy': local header offset 4096 is outside the file or damaged");
+	build(&o, 0, 2, NAMES, DATA);
+	o.b[o.n - 22 + 16] = 0xf0; /* directory offset */
+	refuse(o.b, o.n, NULL, "lies past the end of the file");
+	build(&o, 1, 2, NAMES, DATA);
+	o.b[o.n - 22 - 20 + 8] = 0xf0; /* zip64 end record offset */
+	refuse(o.b, o.n, NULL, "zip64 end-of-central-directory record missing or out of range");
+}
+END_TEST
+
+START_TEST(zip_corrupt_data)
+{
+	Buf o;
+	build(&o, 0, 2, NAMES, DATA);
+	o.b[30 + 5] ^= 1; /* first byte of x.npy's data */
+	refuse(o.b, o.n, "x.npy", "member 'x.npy' fails its CRC-32 check; the archive is corrupt");
+	size_t cd = build(&o, 0, 2, NAMES, DATA);
+	o.b[cd + 8] = 1; /* encryption flag */
+	refuse(o.b, o.n, NULL, "member 'x.npy' is encrypted");
+	build(&o, 0, 2, NAMES, DATA);
+	o.b[cd + 10] = 12;
+	refuse(o.b, o.n, NULL, "member 'x.npy' uses compression method 12; only stored (0) and deflated (8) are supported");
+	const char *dup[] = { "x.npy", "x.npy" };
+	build(&o, 0, 2, dup, DATA);
+	refuse(o.b, o.n, NULL, "member 'x.npy' appears twice");
+	/* Deflate stream damaged in the middle. */
+	size_t len;
+	unsigned char *b = slurp("deflated.zip", &len);
+	Arena *a = arena_new();
+	Zip z;
+	Err e;
+	ck_assert_int_eq(zip_open(&z, b, len, a, &e), 0);
+	size_t off = (size_t)zip_find(&z, "b.txt")->off;
+	arena_free(a);
+	b[off] = 0xff; /* invalid block type */
+	refuse(b, len, "b.txt", "member 'b.txt': corrupt deflate data");
+	free(b);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("zip");
+	TCase *tc = tcase_create("zip");
+	tcase_add_test(tc, zip_stored);
+	tcase_add_test(tc, zip_deflated);
+	tcase_add_test(tc, zip_python_zip64_local);
+	tcase_add_test(tc, zip_zip64_records);
+	tcase_add_test(tc, zip_truncated);
+	tcase_add_test(tc, zip_lying_sizes);
+	tcase_add_test(tc, zip_offsets_past_end);
+	tcase_add_test(tc, zip_corrupt_data);
+	suite_add_tcase(s, tc);
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int nf = srunner_ntests_failed(r);
+	srunner_free(r);
+	return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}
