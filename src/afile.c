@@ -128,6 +128,10 @@ int afile_open(AFile *f, const char *path, mode_t mode, Err *e)
 		afile_abort(f);
 		return -1;
 	}
+	/* root replacing a user's file (--in-place) hands it back to them;
+	 * for anyone else this fails harmlessly and the file is theirs. */
+	if (keep && (st.st_uid != geteuid() || st.st_gid != getegid()))
+		(void)!fchown(f->fd, st.st_uid, st.st_gid);
 	free(dir);
 	return 0;
 }

@@ -50,6 +50,15 @@ json_ok "$T/r.json" 'd["exit_status"]==2 and len(d["models"])==2 and d["models"]
 	ok "report JSON parses, escapes names, records the error" || fail "report JSON: $(cat "$T/r.json")"
 ls -a "$T" | grep -q '^\.r\.json\.' && fail "report temp left behind"
 
+# A report or an output must not land on an input before it is read.
+cp "$T/m.onnx" "$T/c1.onnx"
+s0=$(sum "$T/c1.onnx")
+expect 2 "--report naming the input" -- "$BIN" "$T/c1.onnx" --report "$T/c1.onnx" && one_line_err "--report input"
+expect 2 "--report naming the output" -- "$BIN" --passthrough "$T/c1.onnx" -o "$T/c2.onnx" --report "$T/./c2.onnx"
+cp "$T/m.onnx" "$T/c1.repaired.onnx"
+expect 2 "one input's output is another input" -- "$BIN" --passthrough "$T/c1.onnx" "$T/c1.repaired.onnx"
+[ "$(sum "$T/c1.onnx")" = "$s0" ] && [ ! -e "$T/c2.onnx" ] || fail "a refused run changed files"
+
 # The exit-status contract on the bundled example (a traced export that
 # lost experts): damaged -> 1 under --check and diagnosis, repaired -> 0.
 ex=$top_srcdir/testdata/example
