@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "afile.h"
+#include "json.h"
 #include "model.h"
 #include "report.h"
 
@@ -229,6 +230,44 @@ START_TEST(report_json_shape)
 }
 END_TEST
 
+/* What json_str writes, the strict parser reads back: every ASCII byte
+ * intact, invalid UTF-8 as U+FFFD; and report_json is a valid object body. */
+START_TEST(json_parses_back)
+{
+	Arena *a = arena_new();
+	char in[160], buf[2048];
+	for (int i = 1; i < 128; i++)
+		in[i - 1] = (char)i;
+	strcpy(in + 127, "\xc3\xa9\xff");
+	FILE *f = fmemopen(buf, sizeof buf, "w");
+	json_str(f, in);
+	fclose(f);
+	Err e;
+	JVal *v = json_parse(buf, strlen(buf), a, &e);
+	ck_assert_ptr_nonnull(v);
+	ck_assert_int_eq(v->type, J_STR);
+	ck_assert_mem_eq(v->s, in, 129);
+	ck_assert_str_eq(v->s + 129, "\xef\xbf\xbd");
+
+	int present[] = { 1 };
+	LayerReport l[2] = { { .scope = "a\"b", .present = present, .npresent = 1 }, { .scope = NULL } };
+	Report r = { .layer = l, .nlayer = 2 };
+	f = fmemopen(buf, sizeof buf, "w");
+	fputc('{', f);
+	report_json(f, &r);
+	fputc('}', f);
+	fclose(f);
+	v = json_parse(buf, strlen(buf), a, &e);
+	ck_assert_msg(v != NULL, "%s: %s", e.msg, buf);
+	ck_assert_int_eq(v->type, J_OBJ);
+	ck_assert_str_eq(v->key[3], "layers");
+	ck_assert_uint_eq(v->v[3]->n, 2);
+	ck_assert_str_eq(v->v[3]->v[0]->v[0]->s, "a\"b");
+	ck_assert_int_eq(v->v[3]->v[1]->v[0]->type, J_NULL);
+	arena_free(a);
+}
+END_TEST
+
 int main(void)
 {
 	if (!mkdtemp(dir))
@@ -241,6 +280,7 @@ int main(void)
 	tcase_add_test(tc, afile_abort_and_mode);
 	tcase_add_test(tc, json_escapes);
 	tcase_add_test(tc, report_json_shape);
+	tcase_add_test(tc, json_parses_back);
 	suite_add_tcase(s, tc);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
