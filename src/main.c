@@ -255,7 +255,10 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	t3 = now();
 done:
 	if (!g->quiet) {
-		report_print(stderr, in, &r, mode, g->verbose);
+		/* After an error the Report is half filled ("Conv 7 -> 0"):
+		 * only -v shows how far it got. */
+		if (rc != 2 || g->verbose)
+			report_print(stderr, in, &r, mode, g->verbose);
 		if (rc == 2)
 			; /* main prints the error */
 		else if (mode == RUN_REPAIR && g->passthrough)
