@@ -239,6 +239,8 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	if (!g->passthrough) {
 		Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose };
 		if (pipeline_run(&md, spec, &o, &r, e) < 0) {
+			/* Pass errors name a layer or node, not the file. */
+			errwrap(e, "%s", in);
 			rc = 2;
 			goto done;
 		}
