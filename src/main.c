@@ -299,7 +299,7 @@ done:
 static int write_report(const char *path, const char *text, size_t n, Err *e)
 {
 	AFile f;
-	if (afile_open(&f, path, 0666, e) < 0)
+	if (afile_open(&f, path, 0, e) < 0)
 		return -1;
 	afile_write(&f, text, n);
 	return afile_commit(&f, e);

@@ -1,4 +1,5 @@
 #include <check.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,19 +154,34 @@ START_TEST(refuses_over_2gib)
 }
 END_TEST
 
+static int entries(void)
+{
+	int n = 0;
+	DIR *d = opendir(dir);
+	for (struct dirent *de; (de = readdir(d));)
+		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	return n;
+}
+
+/* Both ways of making the temporary: O_TMPFILE, and the named mkstemp
+ * fallback (which must clean up after itself on abort and on commit). */
 START_TEST(afile_abort_and_mode)
 {
+	int flags = _i ? AFILE_NAMED : 0;
 	Arena *a = arena_new();
 	AFile f;
 	Err e;
 	put(at(a, "t.txt"), "old", 3);
 	chmod(at(a, "t.txt"), 0604);
-	ck_assert_int_eq(afile_open(&f, at(a, "t.txt"), 0666, &e), 0);
+	ck_assert_int_eq(afile_open(&f, at(a, "t.txt"), flags, &e), 0);
+	ck_assert_int_eq(entries(), _i ? 2 : 1); /* the named temporary shows */
 	afile_write(&f, "new!", 4);
 	afile_abort(&f);
+	ck_assert_int_eq(entries(), 1);
 	size_t n;
 	ck_assert_mem_eq(get(a, at(a, "t.txt"), &n), "old", 3);
-	ck_assert_int_eq(afile_open(&f, at(a, "t.txt"), 0666, &e), 0);
+	ck_assert_int_eq(afile_open(&f, at(a, "t.txt"), flags, &e), 0);
 	/* Bigger than the buffer: goes straight to the file. */
 	size_t big = AFILE_BUF + 123;
 	char *p = arena_alloc(a, big);
@@ -179,8 +195,18 @@ START_TEST(afile_abort_and_mode)
 	struct stat st;
 	ck_assert_int_eq(stat(at(a, "t.txt"), &st), 0);
 	ck_assert_int_eq(st.st_mode & 0777, 0604);
+	ck_assert_int_eq(entries(), 1);
 	unlink(at(a, "t.txt"));
-	ck_assert_int_eq(afile_open(&f, dir, 0666, &e), -1); /* a folder */
+	/* A new file: 0666 minus the umask, like any created file. */
+	mode_t um = umask(022);
+	ck_assert_int_eq(afile_open(&f, at(a, "n.txt"), flags, &e), 0);
+	afile_write(&f, "n", 1);
+	ck_assert_int_eq(afile_commit(&f, &e), 0);
+	umask(um);
+	ck_assert_int_eq(stat(at(a, "n.txt"), &st), 0);
+	ck_assert_int_eq(st.st_mode & 0777, 0644);
+	unlink(at(a, "n.txt"));
+	ck_assert_int_eq(afile_open(&f, dir, 0, &e), -1); /* a folder */
 	arena_free(a);
 }
 END_TEST
@@ -277,7 +303,7 @@ int main(void)
 	tcase_add_test(tc, roundtrip_keeps_unknown_fields);
 	tcase_add_test(tc, tensor_data_embedded_and_external);
 	tcase_add_test(tc, refuses_over_2gib);
-	tcase_add_test(tc, afile_abort_and_mode);
+	tcase_add_loop_test(tc, afile_abort_and_mode, 0, 2);
 	tcase_add_test(tc, json_escapes);
 	tcase_add_test(tc, report_json_shape);
 	tcase_add_test(tc, json_parses_back);
