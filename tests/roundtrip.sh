@@ -28,7 +28,7 @@ m=$n
 # testdata/unit/ holds reader fixtures, some broken on purpose (a dangling
 # external data reference): not models.
 if [ -d "$top_srcdir/testdata" ]; then
-	for f in $(find "$top_srcdir/testdata" -path '*/unit' -prune -o -name '*.onnx' ! -name '*.repaired.onnx' -print | sort); do
+	for f in $(find "$top_srcdir/testdata" -path '*/testdata/unit' -prune -o -name '*.onnx' ! -name '*.repaired.onnx' -print | sort); do
 		rt "$f"
 	done
 fi
