@@ -488,6 +488,41 @@ void g_move_node(Ctx *c, Node *n, Graph *to)
 	push_node(c, to, n);
 }
 
+/* ---- pattern rewriting ---- */
+
+int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e)
+{
+	int total = 0;
+	unsigned char st[512];
+	/* A rewrite exposes new matches only through the nodes it adds, so a
+	 * few rounds reach the fixed point; the bound stops a pattern that
+	 * keeps matching its own output. */
+	for (int round = 0; round < 64; round++) {
+		int done = 0;
+		size_t n = c->g->gp->n_node;
+		for (size_t i = 0; i < n; i++) {
+			Node *nd = c->g->gp->node[i];
+			for (size_t k = 0; k < np; k++) {
+				if (p[k].stsize > sizeof st)
+					return errf(e, "pattern %s: state too large", p[k].name);
+				memset(st, 0, p[k].stsize);
+				if (!p[k].match(c, nd, st))
+					continue;
+				done++;
+				if (!dry && p[k].rewrite(c, nd, st, e))
+					return -1;
+				break;
+			}
+		}
+		total += done;
+		if (dry || !done)
+			return total;
+		if (g_reindex(c, e))
+			return -1;
+	}
+	return errf(e, "rewriting did not settle after 64 rounds; please report this model");
+}
+
 /* ---- dead-node elimination ---- */
 
 static void mark_live(Ctx *c, Graph *g, PMap *live, Map *liveval);

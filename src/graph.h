@@ -105,6 +105,21 @@ void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to);
 /* Moves a node into graph g (appended); used to lift nodes out of If bodies. */
 void g_move_node(Ctx *c, Node *n, Graph *to);
 
+/* Match/rewrite pairs driven to a fixed point over the main graph. match
+ * looks at one node and fills st (stsize bytes) when the pattern applies;
+ * rewrite changes the model through this API and must leave the matched
+ * node unmatchable (typically by renaming away its output, which DCE then
+ * removes). The index is rebuilt between rounds. */
+typedef struct {
+	const char *name;
+	int (*match)(Ctx *c, Node *n, void *st);
+	int (*rewrite)(Ctx *c, Node *n, void *st, Err *e);
+	size_t stsize;
+} Pattern;
+
+/* Returns the number of rewrites (dry: of matches, nothing changed), or -1. */
+int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e);
+
 /* Dead-node elimination from the graph outputs, into subgraphs; drops
  * initializers nothing reads. Returns the number of nodes removed. */
 size_t g_dce(Ctx *c);
