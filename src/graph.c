@@ -327,9 +327,15 @@ const char *g_fresh(Ctx *c, const char *base)
 		map_put(&c->names, s, (void *)s);
 		return s;
 	}
+	/* base_1, base_2, ...: a counter per base keeps names short and the
+	 * search short when one base is asked for many times. */
+	if (!c->fresh.a)
+		map_init(&c->fresh, c->a, 64);
+	size_t k = (size_t)(uintptr_t)map_get(&c->fresh, base);
 	for (;;) {
-		const char *s = arena_printf(c->a, "%s_%zu", base, ++c->nfresh);
+		const char *s = arena_printf(c->a, "%s_%zu", base, ++k);
 		if (!map_get(&c->names, s)) {
+			map_put(&c->fresh, arena_strdup(c->a, base), (void *)(uintptr_t)k);
 			map_put(&c->names, s, (void *)s);
 			return s;
 		}

@@ -55,7 +55,7 @@ typedef struct {
 	Map names;       /* every value and node name in the model, for g_fresh */
 	PMap nodeg;      /* Node* -> Graph* */
 	PMap nodeidx;    /* Node* -> position + 1 in its graph, for stable orders */
-	size_t nfresh;
+	Map fresh;       /* base name -> last suffix handed out */
 } Ctx;
 
 /* Builds the index; errors on values produced twice in one scope. */
