@@ -38,18 +38,8 @@ int g_rank(const Graph *g, const char *name, int depth)
 		return -1;
 	if (v->init)
 		return (int)v->init->n_dims;
-	/* Declared types first: graph inputs, outputs, value_info. */
-	Onnx__GraphProto *gp = v->g->gp;
-	Onnx__ValueInfoProto **lists[] = { gp->input, gp->output, gp->value_info };
-	size_t ns[] = { gp->n_input, gp->n_output, gp->n_value_info };
-	for (int l = 0; l < 3; l++)
-		for (size_t i = 0; i < ns[l]; i++) {
-			Onnx__ValueInfoProto *vi = lists[l][i];
-			if (strcmp(vi->name, name) == 0 && vi->type &&
-			    vi->type->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
-			    vi->type->tensor_type->shape)
-				return (int)vi->type->tensor_type->shape->n_dim;
-		}
+	if (v->shape)
+		return (int)v->shape->n_dim;
 	Node *n = v->def;
 	if (!n)
 		return -1;

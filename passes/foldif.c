@@ -57,19 +57,9 @@ static int64_t dim_of(const Graph *g, const char *v, int64_t d, int depth)
 	const Tensor *t = g_const(g, v);
 	if (t)
 		return (size_t)d < t->n_dims ? t->dims[d] : UNK;
-	Onnx__GraphProto *gp = x->g->gp;
-	Onnx__ValueInfoProto **lists[] = { gp->input, gp->value_info, gp->output };
-	size_t ns[] = { gp->n_input, gp->n_value_info, gp->n_output };
-	for (int l = 0; l < 3; l++)
-		for (size_t i = 0; i < ns[l]; i++) {
-			Onnx__ValueInfoProto *vi = lists[l][i];
-			if (strcmp(vi->name, v) || !vi->type ||
-			    vi->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !vi->type->tensor_type->shape)
-				continue;
-			Onnx__TensorShapeProto *s = vi->type->tensor_type->shape;
-			if ((size_t)d < s->n_dim && s->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
-				return s->dim[d]->dim_value;
-		}
+	if (x->shape && (size_t)d < x->shape->n_dim &&
+	    x->shape->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+		return x->shape->dim[d]->dim_value;
 	Node *n = x->def;
 	if (!n)
 		return UNK;

@@ -93,6 +93,17 @@ static int define_graph(Ctx *c, Graph *g, Err *e)
 	}
 	for (size_t i = 0; i < gp->n_output; i++)
 		def_val(c, g, gp->output[i]->name, e)->isout = 1;
+	/* Declared shapes, so rank and dimension queries need no scan. */
+	Onnx__ValueInfoProto **lists[] = { gp->input, gp->output, gp->value_info };
+	size_t ns[] = { gp->n_input, gp->n_output, gp->n_value_info };
+	for (int l = 0; l < 3; l++)
+		for (size_t i = 0; i < ns[l]; i++) {
+			Onnx__ValueInfoProto *vi = lists[l][i];
+			Val *v = map_get(&g->val, vi->name);
+			if (v && !v->shape && vi->type && vi->type->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
+			    vi->type->tensor_type->shape)
+				v->shape = vi->type->tensor_type->shape;
+		}
 	return 0;
 }
 

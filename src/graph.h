@@ -30,6 +30,7 @@ typedef struct {
 	Tensor *init;   /* initializer, or NULL */
 	int isin;       /* graph input */
 	int isout;      /* graph output */
+	const Onnx__TensorShapeProto *shape; /* declared (input, output, value_info), or NULL */
 	Graph *g;       /* graph defining it */
 	Use *use;
 	size_t nuse, capuse;
