@@ -15,12 +15,6 @@
 
 static const double EPS[] = { 1e-5, 1e-3, 1e-4, 1e-6, 1e-2, 1e-1 };
 
-static double tolerance(int dtype)
-{
-	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
-		       dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? 1e-3 : 1e-5;
-}
-
 static int is_float(int dtype)
 {
 	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
@@ -65,6 +59,7 @@ typedef struct {
 	Map cache;  /* key -> f32 copy, for keys not f32 in place */
 	float *tmp; /* scratch for rebuilds that are compared, then dropped */
 	size_t ntmp;
+	int lowp;   /* a half-precision checkpoint tensor was read: compare at its precision */
 } Src;
 
 static float *scratch(Src *s, int64_t n)
@@ -74,6 +69,13 @@ static float *scratch(Src *s, int64_t n)
 		s->tmp = arena_alloc_raw(s->c->a, s->ntmp * sizeof *s->tmp + 1);
 	}
 	return s->tmp;
+}
+
+/* Relative 1e-5 for fp32, 1e-3 when either side is half precision. */
+static double tolerance(const Src *s, int dtype)
+{
+	return s->lowp || dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+		       dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? 1e-3 : 1e-5;
 }
 
 static const float *key_f32(Src *s, const char *key, int64_t *n)
@@ -90,6 +92,8 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 		return f;
 	if (*n < 0 || !is_float(t->dtype))
 		return NULL;
+	if (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 || t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
+		s->lowp = 1;
 	f = arena_alloc_raw(s->c->a, (size_t)*n * sizeof *f + 1);
 	Err e;
 	if (wt_to_f32(t, f, &e))
@@ -255,7 +259,6 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 	Arena *a = s->c->a;
 	WSrc *w = s->w;
 	size_t lp = strlen(pre);
-	double tol = tolerance(t->data_type);
 	Err e;
 	int64_t kn;
 	r->tname = t->name;
@@ -269,7 +272,7 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 		if (strncmp(k->name, pre, lp) != 0 || wt_numel(k) != n)
 			continue;
 		const float *kf = key_f32(s, k->name, &kn);
-		if (kf && reldiff(kf, f, n) <= tol) {
+		if (kf && reldiff(kf, f, n) <= tolerance(s, t->data_type)) {
 			r->kind = R_VALUE;
 			r->rest = k->name + lp;
 			return 1;
@@ -295,7 +298,7 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 				for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
 					*r = (Recipe){ .tname = t->name, .kind = R_FOLD_W, .rest = cw->name + lp, .bn = bn, .eps = EPS[q] };
 					const float *x = rebuild(s, r, pre, n, scratch(s, n), &e);
-					if (x && reldiff(x, f, n) <= tol)
+					if (x && reldiff(x, f, n) <= tolerance(s, t->data_type))
 						return 1;
 				}
 			}
@@ -315,7 +318,7 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 				for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
 					*r = (Recipe){ .tname = t->name, .kind = R_FOLD_B, .bn = bn, .bias = bias, .eps = EPS[q] };
 					const float *x = rebuild(s, r, pre, n, scratch(s, n), &e);
-					if (x && reldiff(x, f, n) <= tol)
+					if (x && reldiff(x, f, n) <= tolerance(s, t->data_type))
 						return 1;
 				}
 				if (j == w->n)
@@ -442,7 +445,7 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 			}
 			if (d > m->maxdiff)
 				m->maxdiff = d;
-			if (d > tolerance(u->data_type))
+			if (d > tolerance(&s, u->data_type))
 				return errf(e, "layer %s: expert %d's tensor '%s' differs from its checkpoint rebuild (relative difference %.3g); is %s the checkpoint of this model?",
 					    L->scope, q->id, qn, d, w->path);
 		}

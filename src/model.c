@@ -666,7 +666,7 @@ int model_save(const Model *md, const char *out, int flags, Err *e)
 			return -1;
 	}
 	AFile f;
-	if (afile_open(&f, out, 0666, e) < 0)
+	if (afile_open(&f, out, 0, e) < 0)
 		return -1;
 	Sink s = { .base.append = sink_append, .f = &f, .pg = md->progress,
 		   .what = arena_printf(md->a, "writing %s", out), .total = n };
