@@ -314,6 +314,33 @@ static void ancestors(const Graph *g, const char *name, Map *out, int depth)
 				ancestors(v->g, v->g->sub[k]->outer[i], out, depth + 1);
 }
 
+/* Values of the main graph computed from L->indices, by one forward sweep
+ * over the layer's span: the per-value backward walk (ancestors) goes
+ * through every earlier layer, once per node asked about. */
+static Map *index_descendants(Ctx *c, const Layer *L)
+{
+	Map *d = arena_alloc(c->ia, sizeof *d);
+	map_init(d, c->ia, 64);
+	map_put(d, L->indices, (void *)1);
+	Onnx__GraphProto *gp = c->g->gp;
+	size_t from = L->topk && g_graph_of(c, L->topk) == c->g ? g_pos(c, L->topk) : 0;
+	for (size_t i = from; i < L->end && i < gp->n_node; i++) {
+		Node *n = gp->node[i];
+		int hit = 0;
+		for (size_t j = 0; j < n->n_input && !hit; j++)
+			hit = map_get(d, n->input[j]) != NULL;
+		for (size_t k = 0; k < c->g->nsub && !hit && n->n_attribute; k++)
+			if (c->g->sub[k]->owner == n)
+				for (size_t j = 0; j < c->g->sub[k]->nouter && !hit; j++)
+					hit = map_get(d, c->g->sub[k]->outer[j]) != NULL;
+		if (hit)
+			for (size_t j = 0; j < n->n_output; j++)
+				if (*n->output[j])
+					map_put(d, n->output[j], (void *)1);
+	}
+	return d;
+}
+
 static int derives_from(Ctx *c, const Graph *g, const char *name, const char *root)
 {
 	Map anc;
@@ -325,7 +352,7 @@ static int derives_from(Ctx *c, const Graph *g, const char *name, const char *ro
 /* The [B,k] weights the dispatch multiplies expert outputs by: the latest
  * value reached from the TopK values (or a gather of the probabilities by
  * the TopK indices) through elementwise ops, which the dispatch reads. */
-static const char *find_weights(Ctx *c, Layer *L, const Graph *g, const char *wop)
+static const char *find_weights(Ctx *c, Layer *L, const Graph *g, const char *wop, Map *desc)
 {
 	Map anc;
 	map_init(&anc, c->a, 128);
@@ -357,7 +384,7 @@ static const char *find_weights(Ctx *c, Layer *L, const Graph *g, const char *wo
 		}
 		if (inc && is_elementwise(n)) {
 			for (size_t j = 0; j < n->n_input; j++)
-				if (!map_get(&closure, n->input[j]) && derives_from(c, c->g, n->input[j], L->indices))
+				if (!map_get(&closure, n->input[j]) && map_get(desc, n->input[j]))
 					bad = 1;
 			if (!bad)
 				map_put(&closure, n->output[0], (void *)1);
@@ -608,13 +635,15 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 			L->nif++;
 	}
 
+	Map *desc = index_descendants(c, L);
 	/* What the experts read. */
 	for (size_t k = 0; k < L->nex; k++) {
 		Expert *x = &L->ex[k];
 		const char *full = x->in;
 		Val *v = g_val(x->g, x->in);
 		if (v && v->def && g_is(v->def, "Gather") && g_attr_i(v->def, "axis", 0) == 0 &&
-		    derives_from(c, x->g, v->def->input[1], L->indices)) {
+		    (x->g == c->g ? map_get(desc, v->def->input[1]) != NULL
+				  : derives_from(c, x->g, v->def->input[1], L->indices))) {
 			full = v->def->input[0];
 			L->sparse = 1;
 		}
@@ -646,7 +675,7 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 		if (!wop || !L->topk)
 			return errf(e, "layer %s: cannot find where expert %d's output is weighted; set router.weights in experts.yaml",
 				    s->scope, L->ex[0].id);
-		L->weights = find_weights(c, L, L->ex[0].g, wop);
+		L->weights = find_weights(c, L, L->ex[0].g, wop, desc);
 		if (!L->weights)
 			return errf(e, "layer %s: cannot trace the weights multiplying expert %d's output back to the router; set router.weights",
 				    s->scope, L->ex[0].id);
