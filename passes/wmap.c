@@ -467,7 +467,9 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 		const char *qpre = key_prefix(c, L, q->id);
 		for (size_t i = 0; i < m->n; i++) {
 			const Recipe *r = &m->r[i];
-			if (r->kind == R_SHARED)
+			/* The template's value and fold recipes were found by a whole
+			 * comparison already; a name match was not compared. */
+			if (r->kind == R_SHARED || (q == tpl && r->kind != R_NAME))
 				continue;
 			const char *qn = q->node[sl[i].node]->input[sl[i].input];
 			const Tensor *u = g_const(q->g, qn);
