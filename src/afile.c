@@ -144,7 +144,7 @@ enum { WB_STEP = 32 << 20 };
 
 static void writeback(AFile *f)
 {
-	if (f->fd == STDOUT_FILENO || f->written - f->wbdone < WB_STEP)
+	if (f->fd == STDOUT_FILENO || f->nosync || f->written - f->wbdone < WB_STEP)
 		return;
 	unsigned long long upto = f->written - f->nbuf;
 	sync_file_range(f->fd, (off_t)f->wbdone, (off_t)(upto - f->wbdone), SYNC_FILE_RANGE_WRITE);
@@ -224,7 +224,7 @@ int afile_commit(AFile *f, Err *e)
 		release(f);
 		return 0;
 	}
-	if (fsync(f->fd) < 0) {
+	if (!f->nosync && fsync(f->fd) < 0) {
 		errf(e, "%s: fsync failed: %s", f->path, strerror(errno));
 		afile_abort(f);
 		return -1;
@@ -251,7 +251,7 @@ int afile_commit(AFile *f, Err *e)
 	free(f->tmpname);
 	f->tmpname = NULL;
 	/* The rename is durable only once the folder is. */
-	if (fsync(f->dirfd) < 0 && errno != EINVAL) {
+	if (!f->nosync && fsync(f->dirfd) < 0 && errno != EINVAL) {
 		errf(e, "%s: fsync of the folder failed: %s", f->path, strerror(errno));
 		release(f);
 		return -1;

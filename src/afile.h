@@ -23,6 +23,7 @@ typedef struct {
 	int err;           /* first errno of a failed write; sticky */
 	unsigned long long written;
 	unsigned long long wbdone; /* bytes handed to write-back (sync_file_range) */
+	int nosync;        /* set after open: no fsync at commit (the rename stays atomic) */
 } AFile;
 
 enum {

@@ -24,7 +24,7 @@
 static const char usage[] =
 	"usage: onnx-moe-repair IN.onnx [IN2.onnx ...] [--experts experts.yaml]\n"
 	"                       [-o OUT.onnx | -o DIR | -o -] [--check] [--report FILE.json]\n"
-	"                       [--external-data FILE] [--no-check] [--in-place]\n"
+	"                       [--external-data FILE] [--no-check] [--no-sync] [--in-place]\n"
 	"                       [-q] [-v] [--help] [--version]\n"
 	"\n"
 	"Repairs Mixture-of-Experts ONNX models broken by torch.onnx.export tracing:\n"
@@ -44,6 +44,8 @@ static const char usage[] =
 	"                    of the input stays where it is, referenced. Automatic\n"
 	"                    (OUT.onnx.data) when the output would pass 2 GiB\n"
 	"  --no-check        skip the structural check of the output\n"
+	"  --no-sync         do not fsync the output: still replaced atomically, but\n"
+	"                    a power loss may lose it (for batch jobs that sync once)\n"
 	"  --in-place        replace the input (refused otherwise)\n"
 	"  --passthrough     load and write back without any pass (I/O test aid)\n"
 	"  -q, --quiet       no summary on stderr\n"
@@ -56,7 +58,7 @@ static const char usage[] =
 
 typedef struct {
 	const char *experts, *out, *report, *extdata;
-	int check, no_check, in_place, quiet, verbose, passthrough;
+	int check, no_check, in_place, quiet, verbose, passthrough, no_sync;
 	char **in;
 	int nin;
 } Args;
@@ -106,7 +108,7 @@ static char *out_path(Arena *a, const Args *g, const char *in)
 
 static int parse(Args *g, int argc, char **argv, Err *e)
 {
-	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA };
+	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA, O_NOSYNC };
 	static const struct option opts[] = {
 		{ "experts", required_argument, NULL, O_EXPERTS },
 		{ "output", required_argument, NULL, 'o' },
@@ -116,6 +118,7 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		{ "in-place", no_argument, NULL, O_INPLACE },
 		{ "passthrough", no_argument, NULL, O_PASS },
 		{ "external-data", required_argument, NULL, O_EXTDATA },
+		{ "no-sync", no_argument, NULL, O_NOSYNC },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -133,6 +136,7 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		case O_INPLACE: g->in_place = 1; break;
 		case O_PASS: g->passthrough = 1; break;
 		case O_EXTDATA: g->extdata = optarg; break;
+		case O_NOSYNC: g->no_sync = 1; break;
 		case 'q': g->quiet = 1; break;
 		case 'v': g->verbose = 1; break;
 		case 'h': fputs(usage, stdout); exit(0);
@@ -276,7 +280,7 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	}
 	t2 = now();
 	if (mode == RUN_REPAIR) {
-		if (model_save_as(&md, out, g->extdata, g->in_place ? SAVE_IN_PLACE : 0, e) < 0) {
+		if (model_save_as(&md, out, g->extdata, (g->in_place ? SAVE_IN_PLACE : 0) | (g->no_sync ? SAVE_NO_SYNC : 0), e) < 0) {
 			rc = 2;
 			goto done;
 		}

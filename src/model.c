@@ -668,6 +668,7 @@ int model_save(const Model *md, const char *out, int flags, Err *e)
 	AFile f;
 	if (afile_open(&f, out, 0, e) < 0)
 		return -1;
+	f.nosync = !!(flags & SAVE_NO_SYNC);
 	Sink s = { .base.append = sink_append, .f = &f, .pg = md->progress,
 		   .what = arena_printf(md->a, "writing %s", out), .total = n };
 	protobuf_c_message_pack_to_buffer(&md->m->base, &s.base);
@@ -744,6 +745,7 @@ int model_save_as(Model *md, const char *out, const char *data, int flags, Err *
 	AFile f;
 	if (afile_open(&f, path, 0666, e) < 0)
 		return -1;
+	f.nosync = !!(flags & SAVE_NO_SYNC);
 	static const unsigned char zero[EXT_ALIGN];
 	size_t nmoved = 0;
 	for (size_t i = 0; i < g->n_initializer; i++) {

@@ -32,6 +32,7 @@ void model_close(Model *md);
 
 enum {
 	SAVE_IN_PLACE = 1 << 0, /* allow out == the input path */
+	SAVE_NO_SYNC = 1 << 1,  /* no fsync: still atomic for readers, not durable across a power loss */
 };
 /* out "-" writes to standard output. Refuses to write over md->path unless
  * SAVE_IN_PLACE, and over an external data file always. Refuses a model

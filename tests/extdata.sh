@@ -68,6 +68,12 @@ expect 0 "inline input, --external-data" -- "$BIN" "$top_srcdir/testdata/example
 $CMP "$E/ex.onnx" "$top_srcdir/testdata/example" --max 1e-4 >"$T/ort" 2>&1 ||
 	fail "example with external data in ONNX Runtime: $(cat "$T/ort")"
 
+# --no-sync skips the fsyncs only: the same bytes, the same data file.
+mkdir "$E/ns"
+expect 0 "--no-sync" -- "$BIN" -q "$top_srcdir/testdata/example/broken.onnx" \
+	--experts "$top_srcdir/testdata/example/experts.yaml" -o "$E/ns/ex.onnx" --external-data ex.bin --no-sync
+cmp -s "$E/ns/ex.onnx" "$E/ex.onnx" && cmp -s "$E/ns/ex.bin" "$E/ex.bin" || fail "--no-sync output differs"
+
 # Refusals: one line, nothing written, the input's data untouched.
 expect 2 "--external-data over the input's data" -- \
 	"$BIN" -q "$M/broken.onnx" --experts "$M/experts.yaml" -o "$M/o2.onnx" --external-data broken.onnx.data &&
