@@ -54,10 +54,15 @@ int g_rank(const Graph *g, const char *name, int depth)
 	if (!n)
 		return -1;
 	const Graph *ng = v->g;
-	if (g_is(n, "Reshape")) {
-		const Tensor *t = g_const(ng, n->input[1]);
+	if (g_is(n, "Reshape") || g_is(n, "ConstantOfShape") || g_is(n, "Expand")) {
+		/* Target shape: a constant, or Shape(y) of a tensor of known rank. */
+		const char *sh = n->input[g_is(n, "ConstantOfShape") ? 0 : 1];
+		const Tensor *t = g_const(ng, sh);
 		if (t && t->n_dims == 1)
 			return (int)t->dims[0];
+		Val *sv = g_val(ng, sh);
+		if (sv && sv->def && g_is(sv->def, "Shape") && !g_attr(sv->def, "start") && !g_attr(sv->def, "end"))
+			return g_rank(ng, sv->def->input[0], depth + 1);
 		return -1;
 	}
 	if (g_is(n, "Constant")) {
@@ -79,6 +84,8 @@ int g_rank(const Graph *g, const char *name, int depth)
 	}
 	if (g_is(n, "Shape"))
 		return 1;
+	if (g_is(n, "NonZero"))
+		return 2;
 	if (g_is(n, "Flatten"))
 		return 2;
 	if (g_is(n, "Gather")) {
@@ -89,7 +96,7 @@ int g_rank(const Graph *g, const char *name, int depth)
 	    g_is(n, "Conv") || g_is(n, "ConvTranspose") || g_is(n, "BatchNormalization") ||
 	    g_is(n, "InstanceNormalization") || g_is(n, "GroupNormalization") ||
 	    g_is(n, "LayerNormalization") || g_is(n, "MaxPool") || g_is(n, "AveragePool") ||
-	    g_is(n, "GlobalAveragePool") || g_is(n, "Slice") || g_is(n, "Expand") || g_is(n, "Resize") ||
+	    g_is(n, "GlobalAveragePool") || g_is(n, "Slice") || g_is(n, "Resize") ||
 	    g_is(n, "Pad") || g_is(n, "GatherElements") || g_is(n, "ScatterElements") ||
 	    g_is(n, "ScatterND") || g_is(n, "Where") || g_is(n, "Softmax"))
 		return g_rank(ng, n->input[g_is(n, "Where") ? 1 : 0], depth + 1);

@@ -59,6 +59,26 @@ static int gated_ifs(Ctx *c, const char *indices)
 	return n;
 }
 
+/* The layer a router belongs to, from the TopK's name: "/model/model.1/router/TopK"
+ * -> "/model/model.1", so counts under it cover the experts too. */
+static const char *layer_of(Ctx *c, const Node *t)
+{
+	const char *name = t->name && *t->name ? t->name : t->output[1];
+	const char *end = strrchr(name, '/');
+	if (!end || end == name)
+		return name;
+	size_t n = (size_t)(end - name);
+	static const char *routers[] = { "/router", "/gate", "/gating", NULL };
+	for (const char **r = routers; *r; r++) {
+		size_t k = strlen(*r);
+		if (n > k && strncmp(name + n - k, *r, k) == 0) {
+			n -= k;
+			break;
+		}
+	}
+	return arena_printf(c->a, "%.*s", (int)n, name);
+}
+
 int moe_scan(Ctx *c, Report *r, Err *e)
 {
 	Onnx__GraphProto *gp = c->g->gp;
@@ -84,11 +104,13 @@ int moe_scan(Ctx *c, Report *r, Err *e)
 				      (r->nlayer + 1) * sizeof *r->layer);
 		LayerReport *lr = &r->layer[r->nlayer++];
 		memset(lr, 0, sizeof *lr);
-		lr->scope = t->name && *t->name ? t->name : t->output[1];
+		lr->scope = layer_of(c, t);
 		lr->top_k = 0;
 		lr->present = arena_dup(c->a, ids, (size_t)k * sizeof *ids);
 		lr->npresent = k;
 		lr->ifs = gated_ifs(c, t->output[1]);
+		lr->nodes_before = lr->nodes_after = g_count(c, NULL, lr->scope);
+		lr->convs_before = lr->convs_after = g_count(c, "Conv", lr->scope);
 		r->damaged = 1;
 	}
 	int f = fold_shape_ifs(c, 1, e);

@@ -175,7 +175,7 @@ static int items(J *j, JVal *v, int depth, int obj)
 		if (!x)
 			return -1;
 		if (v->n == cap) {
-			size_t nc = cap ? cap * 2 : 8;
+			size_t nc = cap ? cap * 2 : 4;
 			v->v = arena_grow(j->a, v->v, cap * sizeof *v->v, nc * sizeof *v->v);
 			if (obj)
 				v->key = arena_grow(j->a, v->key, cap * sizeof *v->key, nc * sizeof *v->key);

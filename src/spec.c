@@ -309,6 +309,19 @@ static int load(P *p, const char *src, size_t len, Spec *s)
 			}
 		s->nlayer = i + 1;
 	}
+	/* A second document would be silently ignored: refuse it instead. */
+	yaml_document_t more;
+	if (!yaml_parser_load(&ps, &more)) {
+		syntax(p, &ps, src, len);
+		goto out;
+	}
+	yaml_node_t *mr = yaml_document_get_root_node(&more);
+	if (mr) {
+		at(p, mr, "a second YAML document; experts.yaml holds exactly one");
+		yaml_document_delete(&more);
+		goto out;
+	}
+	yaml_document_delete(&more);
 	rc = 0;
 out:
 	yaml_document_delete(&doc);
@@ -372,4 +385,93 @@ const char *spec_expert_path(Arena *a, const SpecLayer *l, int i)
 			*w++ = *q++;
 	*w = 0;
 	return o;
+}
+
+/* Exporters name a level either by its attribute ("experts.3", "0") or by
+ * a dotted path repeating some of its ancestors ("model.6" under "model",
+ * "conv.0" under "conv", "model.0.0" under "model.0"). Each level is
+ * therefore joined at the longest overlap between the path so far and the
+ * level's leading parts; a level always adds at least its last part, so a
+ * child really named like its parent ("/model/model/") is kept. */
+const char *spec_node_module(Arena *a, const char *node)
+{
+	if (!node || node[0] != '/')
+		return NULL;
+	const char *last = strrchr(node, '/');
+	if (last == node)
+		return NULL; /* "/Conv": a node of the root module */
+	size_t n = (size_t)(last - node);
+	/* Parts are pointers into one copy; '/' and '.' become NULs. */
+	char *buf = arena_alloc(a, n + 1);
+	memcpy(buf, node + 1, n - 1);
+	const char **comp = arena_alloc(a, (n + 1) * sizeof *comp);
+	const char **q = arena_alloc(a, (n + 1) * sizeof *q);
+	size_t nc = 0;
+	for (char *seg = buf; seg;) {
+		char *end = strchr(seg, '/');
+		if (end)
+			*end = 0;
+		size_t m = 0;
+		for (char *part = seg;;) {
+			char *dot = strchr(part, '.');
+			if (dot)
+				*dot = 0;
+			q[m++] = part;
+			if (!dot)
+				break;
+			part = dot + 1;
+		}
+		size_t j = m - 1 < nc ? m - 1 : nc;
+		for (; j > 0; j--) {
+			size_t k = 0;
+			while (k < j && !strcmp(comp[nc - j + k], q[k]))
+				k++;
+			if (k == j)
+				break;
+		}
+		for (size_t k = j; k < m; k++)
+			comp[nc++] = q[k];
+		seg = end ? end + 1 : NULL;
+	}
+	size_t len = 0;
+	for (size_t i = 0; i < nc; i++)
+		len += strlen(comp[i]) + 1;
+	char *out = arena_alloc(a, len + 1), *w = out;
+	for (size_t i = 0; i < nc; i++) {
+		if (i)
+			*w++ = '.';
+		size_t l = strlen(comp[i]);
+		memcpy(w, comp[i], l);
+		w += l;
+	}
+	*w = 0;
+	return out;
+}
+
+int spec_place(const SpecLayer *l, const char *module)
+{
+	size_t sl = strlen(l->scope);
+	if (strncmp(module, l->scope, sl) || (module[sl] && module[sl] != '.'))
+		return SPEC_OUTSIDE;
+	if (!module[sl])
+		return SPEC_LAYER;
+	const char *m = module + sl + 1, *p = l->expert ? l->expert : "experts.{i}";
+	int idx = -1;
+	while (*p) {
+		if (!strncmp(p, "{i}", 3)) {
+			/* Module indices are canonical decimals: no sign, no leading zero. */
+			if (*m < '0' || *m > '9' || (m[0] == '0' && m[1] >= '0' && m[1] <= '9'))
+				return SPEC_LAYER;
+			long v = 0;
+			for (; *m >= '0' && *m <= '9'; m++)
+				if ((v = v * 10 + (*m - '0')) > INT_MAX)
+					return SPEC_LAYER;
+			if (idx >= 0 && idx != (int)v)
+				return SPEC_LAYER; /* "{i}" twice must name one index */
+			idx = (int)v;
+			p += 3;
+		} else if (*p++ != *m++)
+			return SPEC_LAYER;
+	}
+	return *m == 0 || *m == '.' ? idx : SPEC_LAYER;
 }

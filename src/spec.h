@@ -31,4 +31,17 @@ int spec_load(Spec *s, const char *path, Arena *a, Err *e);
 /* Expands the layer's expert pattern for expert i: "experts.3". */
 const char *spec_expert_path(Arena *a, const SpecLayer *l, int i);
 
+/* The module path behind an exporter's node name, whatever form the
+ * exporter used: "/model.6/experts.3/conv/conv.0/Conv",
+ * "/model/model.6/experts.3/conv/conv.0/Conv" and (TorchScript)
+ * "/model/6/experts.3/conv/0/Conv" all give "model.6.experts.3.conv.0".
+ * The last level (the op) is dropped. NULL when the name carries no scope. */
+const char *spec_node_module(Arena *a, const char *node);
+
+enum { SPEC_OUTSIDE = -2, SPEC_LAYER = -1 };
+/* Where a module path falls for layer l: the index of the expert it belongs
+ * to (any index, the caller checks it against E), SPEC_LAYER for the
+ * layer's own modules (router, combine), SPEC_OUTSIDE elsewhere. */
+int spec_place(const SpecLayer *l, const char *module);
+
 #endif

@@ -74,7 +74,8 @@ int wsrc_add(WSrc *w, const WTensor *t, Err *e)
 {
 	if (map_get(&w->byname, t->name))
 		return errf(e, "tensor '%s' appears twice", t->name);
-	if (!(w->n & (w->n - 1))) /* grow at powers of two */
+	/* Capacity is implicit: 16, then doubled each time n reaches a power of two. */
+	if (w->n == 0 || (w->n >= 16 && !(w->n & (w->n - 1))))
 		w->t = arena_grow(w->a, w->t, w->n * sizeof *w->t, (w->n ? 2 * w->n : 16) * sizeof *w->t);
 	w->t[w->n] = *t;
 	/* The map points into w->t, which moves when it grows: store indices. */
@@ -109,7 +110,7 @@ int wsrc_mmap(WSrc *w, const char *path, const void **base, size_t *len, Err *e)
 	close(fd);
 	if (p == MAP_FAILED)
 		return errf(e, "%s: cannot map: %s", path, strerror(err));
-	if (!(w->nmaps & (w->nmaps - 1)))
+	if (w->nmaps == 0 || (w->nmaps >= 4 && !(w->nmaps & (w->nmaps - 1))))
 		w->maps = arena_grow(w->a, w->maps, w->nmaps * sizeof *w->maps,
 			(w->nmaps ? 2 * w->nmaps : 4) * sizeof *w->maps);
 	w->maps[w->nmaps++] = (WMapping){ p, *len };

@@ -87,13 +87,15 @@ static int node(WSrc *w, const Onnx__NodeProto *n, int depth, Err *e)
 			if (graph(w, at->graphs[k], depth + 1, e))
 				return -1;
 	}
-	if (strcmp(n->op_type, "Constant") || (n->domain && *n->domain && strcmp(n->domain, "ai.onnx")) ||
+	if (!n->op_type || strcmp(n->op_type, "Constant") || (n->domain && *n->domain && strcmp(n->domain, "ai.onnx")) ||
 		n->n_output < 1)
 		return 0;
 	for (size_t i = 0; i < n->n_attribute; i++) {
 		const Onnx__AttributeProto *at = n->attribute[i];
 		const char *out = n->output[0];
 		WTensor t = { .name = out };
+		if (!at->name || !out || !*out)
+			continue; /* proto2 leaves absent strings NULL */
 		if (!strcmp(at->name, "value") && at->t)
 			return tensor(w, at->t, out, e);
 		if (!strcmp(at->name, "value_float")) {

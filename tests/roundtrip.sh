@@ -26,7 +26,8 @@ else
 fi
 m=$n
 if [ -d "$top_srcdir/testdata" ]; then
-	for f in $(find "$top_srcdir/testdata" -name '*.onnx' | sort); do rt "$f"; done
+	# testdata/unit holds reader fixtures, some malformed on purpose.
+	for f in $(find "$top_srcdir/testdata" -path '*/testdata/unit' -prune -o -name '*.onnx' -print | sort); do rt "$f"; done
 fi
 ok "testdata: $((n - m)) models round-trip byte-identically"
 

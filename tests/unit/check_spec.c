@@ -1,6 +1,8 @@
 #include <dirent.h>
 #include <glob.h>
 
+#include "json.h"
+#include "onnx.pb-c.h"
 #include "spec.h"
 #include "testutil.h"
 #include "wsrc.h"
@@ -140,6 +142,8 @@ START_TEST(spec_errors)
 		"1:10: schema version 2 is not supported; this tool reads version 1");
 	refuse(HEAD "  - {scope: model.1, experts: 4, top_k: 2, router: {index: a}}\n",
 		"3:53: unknown key 'index' in 'router'; did you mean 'indices'?");
+	refuse(HEAD "  - {scope: model.1, experts: 4, top_k: 2}\n---\nmoe: []\n",
+		"5:1: a second YAML document; experts.yaml holds exactly one");
 	refuse(HEAD "  - model.1\n",
 		"3:5: each 'moe' entry must be a mapping (scope, experts, top_k, ...), not a scalar");
 }
@@ -155,6 +159,156 @@ START_TEST(spec_missing_file)
 	arena_free(a);
 }
 END_TEST
+
+START_TEST(spec_node_names)
+{
+	Arena *a = arena_new();
+	static const char *const forms[][2] = {
+		{ "/model.6/experts.3/conv/conv.0/Conv", "model.6.experts.3.conv.0" },
+		{ "/model/model.6/experts.3/conv/conv.0/Conv", "model.6.experts.3.conv.0" },
+		{ "/model/6/experts.3/conv/0/Conv", "model.6.experts.3.conv.0" },
+		{ "/model/model.0/model.0.0/Conv", "model.0.0" },
+		{ "/model/model.1/expert_projections.0/expert_projections.0.0/Conv", "model.1.expert_projections.0.0" },
+		{ "/model/1/experts.1/Conv", "model.1.experts.1" },
+		{ "/model/model/Add_1", "model.model" },
+		{ "/model.6/router/TopK", "model.6.router" },
+	};
+	for (size_t i = 0; i < sizeof forms / sizeof *forms; i++)
+		ck_assert_str_eq(spec_node_module(a, forms[i][0]), forms[i][1]);
+	ck_assert_ptr_null(spec_node_module(a, "/Conv"));
+	ck_assert_ptr_null(spec_node_module(a, "Constant_11"));
+	ck_assert_ptr_null(spec_node_module(a, "onnx::Conv_209"));
+	SpecLayer l = { .scope = "model.6", .expert = "experts.{i}" };
+	ck_assert_int_eq(spec_place(&l, "model.6.experts.3.conv.0"), 3);
+	ck_assert_int_eq(spec_place(&l, "model.6.experts.12"), 12);
+	ck_assert_int_eq(spec_place(&l, "model.6.router"), SPEC_LAYER);
+	ck_assert_int_eq(spec_place(&l, "model.6"), SPEC_LAYER);
+	ck_assert_int_eq(spec_place(&l, "model.6.experts"), SPEC_LAYER);
+	ck_assert_int_eq(spec_place(&l, "model.6.experts.03"), SPEC_LAYER);
+	ck_assert_int_eq(spec_place(&l, "model.6.experts.3x"), SPEC_LAYER);
+	ck_assert_int_eq(spec_place(&l, "model.6.experts.99999999999"), SPEC_LAYER);
+	ck_assert_int_eq(spec_place(&l, "model.60.experts.1"), SPEC_OUTSIDE);
+	ck_assert_int_eq(spec_place(&l, "model.5"), SPEC_OUTSIDE);
+	l.expert = "blocks.{i}.ffn";
+	ck_assert_int_eq(spec_place(&l, "model.6.blocks.2.ffn.w1"), 2);
+	ck_assert_int_eq(spec_place(&l, "model.6.blocks.2.attn"), SPEC_LAYER);
+	arena_free(a);
+}
+END_TEST
+
+/* The commented reference schema/experts.yaml stays a valid file, with
+ * every key present: it is loaded beside an (empty) model.safetensors. */
+START_TEST(spec_reference)
+{
+	FILE *f = fopen(tu_srcfile("schema/experts.yaml"), "rb");
+	ck_assert_ptr_nonnull(f);
+	static char buf[16384];
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	Arena *a = arena_new();
+	Spec s;
+	Err e = { "" };
+	ck_assert_msg(load_yaml(buf, &s, a, &e) == 0, "%s", e.msg);
+	ck_assert_uint_eq(s.nlayer, 2);
+	const SpecLayer *l = &s.layer[0];
+	ck_assert_ptr_nonnull(l->router_indices);
+	ck_assert_ptr_nonnull(l->router_weights);
+	ck_assert_ptr_nonnull(l->input);
+	ck_assert_ptr_nonnull(l->output);
+	ck_assert_ptr_nonnull(l->checkpoint_key);
+	ck_assert_int_eq(s.layer[1].experts, 8);
+	arena_free(a);
+}
+END_TEST
+
+static unsigned char *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	*n = (size_t)ftell(f);
+	rewind(f);
+	unsigned char *b = malloc(*n + 1);
+	ck_assert_uint_eq(fread(b, 1, *n, f), *n);
+	fclose(f);
+	return b;
+}
+
+/* Marks seen[l][i] for every node (subgraphs included) placed in expert i
+ * of layer l. */
+static void place_nodes(const Onnx__GraphProto *g, const Spec *s, Arena *a, unsigned char seen[][64])
+{
+	for (size_t i = 0; i < g->n_node; i++) {
+		const Onnx__NodeProto *n = g->node[i];
+		for (size_t k = 0; k < n->n_attribute; k++)
+			if (n->attribute[k]->g)
+				place_nodes(n->attribute[k]->g, s, a, seen);
+		const char *mod = spec_node_module(a, n->name);
+		for (size_t l = 0; mod && l < s->nlayer; l++) {
+			int x = spec_place(&s->layer[l], mod);
+			if (x >= 0) {
+				ck_assert_msg(x < s->layer[l].experts, "%s: expert %d beyond E", n->name, x);
+				seen[l][x] = 1;
+			}
+		}
+	}
+}
+
+/* Broken exports hold the experts meta.json says the dummy kept (all of
+ * them for scripted ones, inside If), dense ones hold all E. */
+static void check_corpus_nodes(const char *yaml, const Spec *s, Arena *a)
+{
+	char dir[1024];
+	snprintf(dir, sizeof dir, "%s", yaml);
+	*strrchr(dir, '/') = 0;
+	size_t n;
+	unsigned char *mj = slurp(arena_printf(a, "%s/meta.json", dir), &n);
+	ck_assert_ptr_nonnull(mj);
+	Err e = { "" };
+	JVal *meta = json_parse((const char *)mj, n, a, &e);
+	ck_assert_msg(meta != NULL, "%s", e.msg);
+	free(mj);
+	const JVal *kept = NULL;
+	int scripted = 0;
+	for (size_t i = 0; i < meta->n; i++) {
+		if (!strcmp(meta->key[i], "kept_by_dummy"))
+			kept = meta->v[i];
+		if (!strcmp(meta->key[i], "scripted"))
+			scripted = meta->v[i]->type == J_TRUE;
+	}
+	ck_assert_ptr_nonnull(kept);
+	static const char *const files[] = { "broken.onnx", "dense.onnx" };
+	for (int f = 0; f < 2; f++) {
+		unsigned char *b = slurp(arena_printf(a, "%s/%s", dir, files[f]), &n);
+		if (!b)
+			continue; /* scripted_if has no dense.onnx */
+		ProtobufCAllocator pa = arena_pb(a);
+		Onnx__ModelProto *m = onnx__model_proto__unpack(&pa, n, b);
+		free(b);
+		ck_assert_ptr_nonnull(m);
+		unsigned char (*seen)[64] = arena_alloc(a, s->nlayer * sizeof *seen);
+		place_nodes(m->graph, s, a, seen);
+		for (size_t l = 0; l < s->nlayer; l++) {
+			const SpecLayer *L = &s->layer[l];
+			unsigned char want[64] = { 0 };
+			if (f == 1 || scripted)
+				memset(want, 1, (size_t)L->experts);
+			else
+				for (size_t k = 0; k < kept->n; k++)
+					if (!strcmp(kept->key[k], L->scope))
+						for (size_t j = 0; j < kept->v[k]->n; j++) {
+							int64_t x;
+							ck_assert_int_eq(json_uint(kept->v[k]->v[j], &x), 0);
+							want[x] = 1;
+						}
+			for (int i = 0; i < L->experts && i < 64; i++)
+				ck_assert_msg(seen[l][i] == want[i], "%s/%s: layer %s expert %d %s", dir, files[f],
+					L->scope, i, want[i] ? "has no node" : "has nodes but the dummy did not keep it");
+		}
+	}
+}
 
 /* Every experts.yaml of the shared corpus parses, and for each layer and
  * each expert i some key starts with <prefix><scope>.<expert(i)>. in its
@@ -189,6 +343,7 @@ START_TEST(spec_corpus)
 			}
 			wsrc_close(w);
 		}
+		check_corpus_nodes(g.gl_pathv[c], &s, a);
 		arena_free(a);
 	}
 	fprintf(stderr, "spec_corpus: %zu experts.yaml checked\n", g.gl_pathc);
@@ -204,6 +359,8 @@ int main(void)
 	tcase_add_test(tc, spec_full);
 	tcase_add_test(tc, spec_errors);
 	tcase_add_test(tc, spec_missing_file);
+	tcase_add_test(tc, spec_node_names);
+	tcase_add_test(tc, spec_reference);
 	tcase_add_test(tc, spec_corpus);
 	suite_add_tcase(s, tc);
 	return tu_run(s);

@@ -1,0 +1,63 @@
+#!/bin/sh
+# The repair, end to end, on every corpus case (testdata/ and, when present,
+# ../shared/corpus): the repaired model matches the eager references in ONNX
+# Runtime within 1e-4, holds every expert (Conv count equal to the dense
+# export's), keeps no NonZero/ScatterElements/If, passes --check, and
+# repairing it again changes nothing, byte for byte. The input is untouched.
+. "$top_srcdir/tests/lib.sh"
+node=${NODE:-node}
+cmp="$top_srcdir/tests/ort/compare.js"
+ops="$top_srcdir/tests/ort/ops.js"
+if ! (cd "$top_srcdir" && "$node" -e "require.resolve('onnxruntime-node')") >/dev/null 2>&1; then
+	[ "${MOE_ALLOW_NO_ORT:-}" = 1 ] && { echo "SKIP: onnxruntime-node missing"; exit 77; }
+	echo "FAIL: onnxruntime-node missing: run npm install --ignore-scripts in $top_srcdir" >&2
+	exit 1
+fi
+
+# opcount MODEL OP
+opcount() { "$node" -e "const c=JSON.parse(process.argv[1]);console.log(c[process.argv[2]]||0)" \
+	"$("$node" "$ops" "$1")" "$2"; }
+
+n=0
+for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/ "$top_srcdir"/../shared/corpus/*/*/; do
+	[ -f "$dir/broken.onnx" ] && [ -f "$dir/experts.yaml" ] || continue
+	dir=${dir%/}
+	name=$(basename "$dir")
+	n=$((n + 1))
+	before=$(sum "$dir/broken.onnx")
+	out=$T/$name.onnx
+	expect 0 "$name: repair" -- "$BIN" -q "$dir/broken.onnx" --experts "$dir/experts.yaml" -o "$out" || continue
+	[ "$(sum "$dir/broken.onnx")" = "$before" ] || fail "$name: input modified"
+	if "$node" "$cmp" "$out" "$dir" --max 1e-4 >"$T/ort" 2>&1; then
+		ok "$name: matches eager PyTorch ($(tail -n 1 "$T/ort" | sed 's/.*max abs diff \([^:]*\):.*/\1/'))"
+	else
+		fail "$name: ONNX Runtime: $(tail -n 1 "$T/ort")"
+	fi
+	for op in NonZero ScatterElements If; do
+		[ "$(opcount "$out" $op)" = 0 ] || fail "$name: $op left in the repaired model"
+	done
+	if [ -f "$dir/dense.onnx" ]; then
+		want=$(opcount "$dir/dense.onnx" Conv) got=$(opcount "$out" Conv)
+		[ "$got" = "$want" ] && ok "$name: Conv $(opcount "$dir/broken.onnx" Conv) -> $got (dense: $want)" ||
+			fail "$name: $got Conv nodes, the dense export has $want"
+	fi
+	expect 0 "$name: --check passes on the repaired model" -- \
+		"$BIN" -q "$out" --check --experts "$dir/experts.yaml"
+	expect 1 "$name: --check flags the broken model" -- \
+		"$BIN" -q "$dir/broken.onnx" --check --experts "$dir/experts.yaml"
+	expect 1 "$name: diagnosis without YAML flags the broken model" -- "$BIN" -q "$dir/broken.onnx"
+	expect 0 "$name: diagnosis without YAML passes the repaired model" -- "$BIN" -q "$out"
+	expect 0 "$name: repair of the repaired model" -- \
+		"$BIN" -q "$out" --experts "$dir/experts.yaml" -o "$T/again.onnx" &&
+		{ cmp -s "$out" "$T/again.onnx" && ok "$name: second repair is byte-identical" ||
+			fail "$name: repairing a repaired model changed it"; }
+	if [ -f "$dir/dense.onnx" ]; then
+		expect 0 "$name: repair of the dense export" -- \
+			"$BIN" -q "$dir/dense.onnx" --experts "$dir/experts.yaml" -o "$T/dense.onnx" &&
+			"$node" "$cmp" "$T/dense.onnx" "$dir" --max 1e-4 >/dev/null 2>&1 &&
+			[ "$(opcount "$T/dense.onnx" If)" = 0 ] && ok "$name: dense export comes out If-free and right" ||
+			fail "$name: dense export after repair: If left or wrong"
+	fi
+done
+[ "$n" -gt 0 ] || fail "no corpus case found"
+finish
