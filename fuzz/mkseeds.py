@@ -133,3 +133,9 @@ for i, c in enumerate(cases):
         put('pipeline', f'{c}.diagnose', m + bytes([i | 8]))
 for c in ('example', 'single_gn'):
     put('pipeline', f'{c}.dense', rd(f'{TD}/{c}/dense.onnx') + bytes([cases.index(c)]))
+
+# --- torch.save checkpoints: the reader's fixtures (small ones) and a real one ---
+for f in sorted(os.listdir(f'{TD}/pt')):
+    if f.endswith('.pt') and os.path.getsize(f'{TD}/pt/{f}') < 30000:
+        put('pt', f, rd(f'{TD}/pt/{f}'))
+put('pt', 'example.pt', rd(f'{TD}/example/model.pt'))

@@ -12,9 +12,10 @@
 set -u
 : "${FUZZ_CC:?}" "${srcdir:?}" "${builddir:?}"
 secs=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"model spec safetensors npz npy onnxsrc pipeline"}
-out=$builddir/fuzz
-mkdir -p "$out/obj" || exit 1
+targets=${FUZZ_TARGETS:-"model spec safetensors npz npy onnxsrc pt pipeline"}
+mkdir -p "$builddir/fuzz/obj" || exit 1
+out=$(cd "$builddir/fuzz" && pwd) # absolute: libFuzzer runs inside it (fork mode logs to .)
+srcdir=$(cd "$srcdir" && pwd)
 cflags="-g -O1 -std=c11 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all"
 
 objs=
@@ -45,9 +46,9 @@ for h in $targets; do
 	[ -d "$regress" ] || regress=
 	echo "fuzz_$h: ${secs}s"
 	# shellcheck disable=SC2086
-	"$bin" -max_total_time="$secs" -jobs=1 -timeout=20 -rss_limit_mb=2048 \
+	(cd "$out" && exec "$bin" -max_total_time="$secs" -jobs=1 -timeout=20 -rss_limit_mb=2048 \
 		-print_final_stats=1 -artifact_prefix="$out/crashes/$h/" ${FUZZ_FLAGS:-} \
-		"$out/corpus/$h" $seeds $regress >"$out/fuzz_$h.log" 2>&1
+		"$out/corpus/$h" $seeds $regress) >"$out/fuzz_$h.log" 2>&1
 	rc=$?
 	grep -E '^#[0-9]+.*(DONE|INITED)|^stat::(number_of_executed_units|peak_rss_mb)|^(==[0-9]+==)?ERROR|^SUMMARY' "$out/fuzz_$h.log"
 	if [ $rc -ne 0 ] || [ -n "$(ls -A "$out/crashes/$h")" ]; then
