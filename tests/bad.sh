@@ -1,0 +1,42 @@
+#!/bin/sh
+# Every malformed input of tests/bad/ (see cases.txt): the expected exit
+# status, exactly one line on stderr holding the expected message, no
+# output written, and no input changed.
+. "$top_srcdir/tests/lib.sh"
+
+B=$top_srcdir/tests/bad
+EX=$top_srcdir/testdata/example
+[ -f "$B/cases.txt" ] || { echo "no $B/cases.txt"; exit 99; }
+# Everything the cases read, before and after.
+inputs() { (cd "$B" && find . "$EX" -type f -exec cksum {} + | sort); }
+before=$(inputs)
+mkdir "$T/out"
+ncase=0
+while IFS= read -r line; do
+	case $line in '#'* | '') continue ;; esac
+	want=$(printf %s "$line" | sed 's/ *|.*//')
+	args=$(printf %s "$line" | sed 's/^[^|]*| *//; s/ *|.*//; s|@EX@|'"$EX"'|g')
+	msg=$(printf %s "$line" | sed 's/^[^|]*|[^|]*| *//')
+	case " $args " in
+	*" --check "*) out= ;;
+	*) out="-o $T/out/out.onnx" ;;
+	esac
+	ncase=$((ncase + 1))
+	# shellcheck disable=SC2086 # args split on blanks, as written
+	(cd "$B" && exec "$BIN" -q $args $out) 2>"$T/err"
+	got=$?
+	if [ "$got" -ne "$want" ]; then
+		fail "$args: exit $got, want $want; stderr: $(cat "$T/err")"
+	elif ! one_line_err "$args"; then
+		:
+	elif ! grep -qF -- "$msg" "$T/err"; then
+		fail "$args: want '$msg', got: $(cat "$T/err")"
+	else
+		ok "$args"
+	fi
+	[ -z "$(ls -A "$T/out")" ] || { fail "$args: wrote $(ls -A "$T/out")"; rm -f "$T/out/"*; }
+done <"$B/cases.txt"
+[ "$(inputs)" = "$before" ] || fail "an input changed"
+[ "$ncase" -ge 40 ] || fail "only $ncase cases"
+echo "$ncase cases"
+finish
