@@ -163,6 +163,14 @@ static const char *hint(const uint8_t *p, size_t n)
 	return "";
 }
 
+int model_wire_check(const void *p, size_t n, Err *e)
+{
+	Scan s = { .p0 = p, .end = (const uint8_t *)p + n };
+	if (scan(&s, &onnx__model_proto__descriptor, p, s.end, 0) < 0)
+		return errf(e, "not an ONNX model (protobuf parse failed at byte %zu of %zu: %s%s)", s.at, n, s.why, hint(p, n));
+	return 0;
+}
+
 /* --- external data -------------------------------------------------------- */
 
 static const char *ext_get(const Onnx__TensorProto *t, const char *key)
@@ -496,11 +504,9 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 	if (p == MAP_FAILED)
 		return errf(e, "%s: cannot map: %s", path, strerror(merr));
 	madvise((void *)p, n, MADV_SEQUENTIAL);
-	Scan s = { .p0 = p, .end = p + n };
-	if (scan(&s, &onnx__model_proto__descriptor, p, p + n, 0) < 0) {
-		errf(e, "%s: not an ONNX model (protobuf parse failed at byte %zu of %zu: %s%s)", path, s.at, n, s.why, hint(p, n));
+	if (model_wire_check(p, n, e) < 0) {
 		munmap((void *)p, n);
-		return -1;
+		return errwrap(e, "%s", path);
 	}
 	ProtobufCAllocator pa = arena_pb(a);
 	/* protobuf-c copies bytes and strings into the arena, so the mapping

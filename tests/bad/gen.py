@@ -227,3 +227,11 @@ w('pt_garbage.pt', b'PK\x03\x04' + bytes(200))
 w('pt_garbage.yaml', 'weights: pt_garbage.pt\nmoe:\n  - {scope: model.0, experts: 4, top_k: 2}\n')
 w('wrongext.txt', 'hello\n')
 w('wrongext.yaml', 'weights: wrongext.txt\nmoe:\n  - {scope: model.0, experts: 4, top_k: 2}\n')
+
+# A donor model nested 3000 If levels deep: protobuf-c's recursive unpack
+# overflowed the stack before the reader's own depth check could run.
+g = field(0x12, b'g')
+for _ in range(3000):
+    g = field(0x0a, field(0x2a, field(0x32, g)))
+w('deep_donor.onnx', b'\x08\x08' + field(0x3a, g))
+w('deep_donor.yaml', 'weights: deep_donor.onnx\nmoe:\n  - {scope: model.0, experts: 4, top_k: 2}\n')
