@@ -29,13 +29,10 @@ static int is_elementwise(const Node *n)
 	return 0;
 }
 
-int g_rank(const Graph *g, const char *name, int depth)
+static int rank_of(const Graph *g, const char *name, int depth, PMap *memo);
+
+static int rank_val(const Val *v, const char *name, int depth, PMap *memo)
 {
-	if (depth > 256)
-		return -1;
-	Val *v = g_val(g, name);
-	if (!v)
-		return -1;
 	if (v->init)
 		return (int)v->init->n_dims;
 	/* Declared types first: graph inputs, outputs, value_info. */
@@ -51,18 +48,22 @@ int g_rank(const Graph *g, const char *name, int depth)
 				return (int)vi->type->tensor_type->shape->n_dim;
 		}
 	Node *n = v->def;
-	if (!n)
+	/* Every rule below but Constant's reads input 0, some input 1: a node
+	 * short of inputs (malformed) has no rank to tell. */
+	if (!n || (n->n_input == 0 && !g_is(n, "Constant")))
 		return -1;
 	const Graph *ng = v->g;
 	if (g_is(n, "Reshape") || g_is(n, "ConstantOfShape") || g_is(n, "Expand")) {
 		/* Target shape: a constant, or Shape(y) of a tensor of known rank. */
+		if (!g_is(n, "ConstantOfShape") && n->n_input < 2)
+			return -1;
 		const char *sh = n->input[g_is(n, "ConstantOfShape") ? 0 : 1];
 		const Tensor *t = g_const(ng, sh);
 		if (t && t->n_dims == 1)
 			return (int)t->dims[0];
 		Val *sv = g_val(ng, sh);
 		if (sv && sv->def && g_is(sv->def, "Shape") && !g_attr(sv->def, "start") && !g_attr(sv->def, "end"))
-			return g_rank(ng, sv->def->input[0], depth + 1);
+			return rank_of(ng, sv->def->input[0], depth + 1, memo);
 		return -1;
 	}
 	if (g_is(n, "Constant")) {
@@ -77,7 +78,7 @@ int g_rank(const Graph *g, const char *name, int depth)
 			k = (long)a->n_ints;
 		else if (n->n_input > 1)
 			k = g_const_ints(ng, n->input[1], ax, 16);
-		int r = g_rank(ng, n->input[0], depth + 1);
+		int r = rank_of(ng, n->input[0], depth + 1, memo);
 		if (r < 0 || k < 0)
 			return -1;
 		return g_is(n, "Unsqueeze") ? r + (int)k : r - (int)k;
@@ -89,7 +90,9 @@ int g_rank(const Graph *g, const char *name, int depth)
 	if (g_is(n, "Flatten"))
 		return 2;
 	if (g_is(n, "Gather")) {
-		int r = g_rank(ng, n->input[0], depth + 1), q = g_rank(ng, n->input[1], depth + 1);
+		if (n->n_input < 2)
+			return -1;
+		int r = rank_of(ng, n->input[0], depth + 1, memo), q = rank_of(ng, n->input[1], depth + 1, memo);
 		return r < 0 || q < 0 ? -1 : r + q - 1;
 	}
 	if (g_is(n, "Transpose") || g_is(n, "Concat") || g_is(n, "Split") || g_is(n, "TopK") ||
@@ -99,11 +102,11 @@ int g_rank(const Graph *g, const char *name, int depth)
 	    g_is(n, "GlobalAveragePool") || g_is(n, "Slice") || g_is(n, "Resize") ||
 	    g_is(n, "Pad") || g_is(n, "GatherElements") || g_is(n, "ScatterElements") ||
 	    g_is(n, "ScatterND") || g_is(n, "Where") || g_is(n, "Softmax"))
-		return g_rank(ng, n->input[g_is(n, "Where") ? 1 : 0], depth + 1);
+		return g_is(n, "Where") && n->n_input < 2 ? -1 : rank_of(ng, n->input[g_is(n, "Where") ? 1 : 0], depth + 1, memo);
 	if (is_elementwise(n) || g_is(n, "Equal")) {
 		int best = -1;
 		for (size_t i = 0; i < n->n_input; i++) {
-			int r = g_rank(ng, n->input[i], depth + 1);
+			int r = rank_of(ng, n->input[i], depth + 1, memo);
 			if (r < 0)
 				return -1;
 			if (r > best)
@@ -112,6 +115,30 @@ int g_rank(const Graph *g, const char *name, int depth)
 		return best;
 	}
 	return -1;
+}
+
+/* Memoized per value: a value read twice (x * sigmoid(x), every SiLU) would
+ * otherwise be walked twice per level, 2^depth visits on a deep network. */
+static int rank_of(const Graph *g, const char *name, int depth, PMap *memo)
+{
+	if (depth > 256)
+		return -1;
+	Val *v = g_val(g, name);
+	if (!v)
+		return -1;
+	uintptr_t k = (uintptr_t)pmap_get(memo, v);
+	if (k)
+		return (int)k - 2;
+	int r = rank_val(v, name, depth, memo);
+	pmap_put(memo, v, (void *)(uintptr_t)(r + 2));
+	return r;
+}
+
+int g_rank(const Graph *g, const char *name, int depth)
+{
+	PMap memo;
+	pmap_init(&memo, g->val.a, 64);
+	return rank_of(g, name, depth, &memo);
 }
 
 /* ---- expert collection ---- */
