@@ -1,0 +1,58 @@
+#!/bin/sh
+# valgrind memcheck over the corpus: every case of testdata/ and, when
+# present, ../shared/corpus is repaired (from model.safetensors and from
+# model.pt), checked and diagnosed, and every tests/bad case refused, with
+# no memory error and no leak. Skips without valgrind, and for sanitizer
+# builds (ASan and valgrind do not mix).
+. "$top_srcdir/tests/lib.sh"
+
+command -v valgrind >/dev/null || { echo "skip: valgrind not installed (apt-get install valgrind)"; exit 77; }
+case ${SAN_CFLAGS:-} in *sanitize*) echo "skip: sanitizer build"; exit 77 ;; esac
+VG="valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --track-fds=no"
+
+# vg WANT WHAT ARGS...: the tool under memcheck must exit WANT (99: memcheck found errors).
+vg() {
+	want=$1 what=$2
+	shift 2
+	# shellcheck disable=SC2086
+	$VG "$BIN" -q "$@" 2>"$T/err" >/dev/null
+	got=$?
+	if [ "$got" -eq 99 ]; then
+		fail "$what: memcheck: $(head -c 3000 "$T/err")"
+	elif [ "$got" -ne "$want" ]; then
+		fail "$what: exit $got, want $want: $(head -c 600 "$T/err")"
+	else
+		ok "$what"
+	fi
+}
+
+n=0
+for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/ "$top_srcdir"/../shared/corpus/*/*/; do
+	[ -f "$dir/broken.onnx" ] && [ -f "$dir/experts.yaml" ] || continue
+	case=$(basename "$dir")
+	n=$((n + 1))
+	vg 0 "$case: repair" "$dir/broken.onnx" --experts "$dir/experts.yaml" -o "$T/out.onnx" --report "$T/r.json"
+	vg 0 "$case: the repaired model needs nothing" --check "$T/out.onnx" --experts "$dir/experts.yaml"
+	if [ -f "$dir/model.pt" ]; then
+		sed "s|^weights:.*|weights: $dir/model.pt|" "$dir/experts.yaml" >"$T/pt.yaml"
+		vg 0 "$case: repair from model.pt" "$dir/broken.onnx" --experts "$T/pt.yaml" -o "$T/out.onnx"
+	fi
+	vg 1 "$case: --check" --check "$dir/broken.onnx" --experts "$dir/experts.yaml"
+	vg 1 "$case: diagnosis" "$dir/broken.onnx"
+	[ -f "$dir/dense.onnx" ] && vg 0 "$case: diagnosis of the dense export" "$dir/dense.onnx"
+done
+[ "$n" -gt 0 ] || fail "no corpus case found"
+
+# The refusals: error paths free what they allocated too.
+B=$top_srcdir/tests/bad
+EX=$top_srcdir/testdata/example
+cd "$B" || exit 99
+while IFS= read -r line; do
+	case $line in '#'* | '') continue ;; esac
+	want=$(printf %s "$line" | sed 's/ *|.*//')
+	args=$(printf %s "$line" | sed 's/^[^|]*| *//; s/ *|.*//; s|@EX@|'"$EX"'|g')
+	case " $args " in *" --check "*) out= ;; *) out="-o $T/bad.onnx" ;; esac
+	# shellcheck disable=SC2086
+	vg "$want" "bad: $args" $args $out
+done <"$B/cases.txt"
+finish
