@@ -140,6 +140,7 @@ w('k_gt_e.yaml', Y + 'moe:\n  - scope: model.0\n    experts: 4\n    top_k: 5\n')
 w('e_zero.yaml', Y + 'moe:\n  - scope: model.0\n    experts: 0\n    top_k: 1\n')
 w('k_neg.yaml', Y + 'moe:\n  - scope: model.0\n    experts: 4\n    top_k: -1\n')
 w('e_huge.yaml', Y + 'moe:\n  - scope: model.0\n    experts: 99999999999\n    top_k: 2\n')
+w('e_big.yaml', Y + 'moe:\n  - scope: model.0\n    experts: 2000000000\n    top_k: 2\n')  # int, but a memory bomb
 w('dupscope.yaml', Y + 'moe:\n  - {scope: model.0, experts: 4, top_k: 2}\n  - {scope: model.0, experts: 4, top_k: 2}\n')
 w('noweights.yaml', 'weights: nosuch.safetensors\nmoe:\n  - {scope: model.0, experts: 4, top_k: 2}\n')
 w('list.yaml', '- scope: model.0\n')
