@@ -630,7 +630,8 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 			st[sp++] = (Frame){ v->def, 0 };
 		}
 	}
-	memcpy(gp->node, out, n * sizeof *out);
+	if (n) /* an empty graph may have node == NULL */
+		memcpy(gp->node, out, n * sizeof *out);
 	for (size_t i = 0; i < n; i++)
 		pmap_put(&c->nodeidx, gp->node[i], (void *)(uintptr_t)(i + 1));
 	return 0;
