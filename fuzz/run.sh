@@ -1,7 +1,7 @@
 #!/bin/sh
 # `make fuzz`: builds each libFuzzer harness with clang (ASan + UBSan +
 # fuzzer coverage over the whole library) and runs it for FUZZ_SECONDS,
-# one at a time (-jobs=1), starting from the committed seeds plus the
+# one at a time (in-process, no -jobs), starting from the committed seeds plus the
 # working corpus kept in the build tree. Crashes land in
 # fuzz/crashes/HARNESS/ of the build tree; the run fails if one appears.
 #
@@ -46,7 +46,7 @@ for h in $targets; do
 	[ -d "$regress" ] || regress=
 	echo "fuzz_$h: ${secs}s"
 	# shellcheck disable=SC2086
-	(cd "$out" && exec "$bin" -max_total_time="$secs" -jobs=1 -timeout=20 -rss_limit_mb=2048 \
+	(cd "$out" && exec "$bin" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 \
 		-print_final_stats=1 -artifact_prefix="$out/crashes/$h/" ${FUZZ_FLAGS:-} \
 		"$out/corpus/$h" $seeds $regress) >"$out/fuzz_$h.log" 2>&1
 	rc=$?
