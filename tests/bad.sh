@@ -4,9 +4,11 @@
 # output written, and no input changed.
 . "$top_srcdir/tests/lib.sh"
 
-B=$top_srcdir/tests/bad
 EX=$top_srcdir/testdata/example
-[ -f "$B/cases.txt" ] || { echo "no $B/cases.txt"; exit 99; }
+[ -f "$top_srcdir/tests/bad/cases.txt" ] || { echo "no tests/bad/cases.txt"; exit 99; }
+# A copy, to add the symlink that make dist would have dereferenced.
+cp -R "$top_srcdir/tests/bad" "$T/bad" && chmod -R u+w "$T/bad" && ln -s data.bin "$T/bad/data_link.bin" || exit 99
+B=$T/bad
 # Everything the cases read, before and after.
 inputs() { (cd "$B" && find . "$EX" -type f -exec cksum {} + | sort); }
 before=$(inputs)

@@ -44,8 +44,9 @@ done
 [ "$n" -gt 0 ] || fail "no corpus case found"
 
 # The refusals: error paths free what they allocated too.
-B=$top_srcdir/tests/bad
 EX=$top_srcdir/testdata/example
+cp -R "$top_srcdir/tests/bad" "$T/bad" && chmod -R u+w "$T/bad" && ln -s data.bin "$T/bad/data_link.bin" || exit 99
+B=$T/bad
 cd "$B" || exit 99
 while IFS= read -r line; do
 	case $line in '#'* | '') continue ;; esac
