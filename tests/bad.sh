@@ -7,8 +7,10 @@
 EX=$top_srcdir/testdata/example
 [ -f "$top_srcdir/tests/bad/cases.txt" ] || { echo "no tests/bad/cases.txt"; exit 99; }
 # A copy, to add the symlink that make dist would have dereferenced.
-cp -R "$top_srcdir/tests/bad" "$T/bad" && chmod -R u+w "$T/bad" && ln -s data.bin "$T/bad/data_link.bin" || exit 99
-B=$T/bad
+# The YAML files name weights as ../../testdata/..., hence the layout.
+mkdir "$T/tests" && cp -R "$top_srcdir/tests/bad" "$T/tests/bad" && chmod -R u+w "$T/tests" &&
+	ln -s data.bin "$T/tests/bad/data_link.bin" && ln -s "$top_srcdir/testdata" "$T/testdata" || exit 99
+B=$T/tests/bad
 # Everything the cases read, before and after.
 inputs() { (cd "$B" && find . "$EX" -type f -exec cksum {} + | sort); }
 before=$(inputs)

@@ -45,8 +45,10 @@ done
 
 # The refusals: error paths free what they allocated too.
 EX=$top_srcdir/testdata/example
-cp -R "$top_srcdir/tests/bad" "$T/bad" && chmod -R u+w "$T/bad" && ln -s data.bin "$T/bad/data_link.bin" || exit 99
-B=$T/bad
+# The YAML files name weights as ../../testdata/..., hence the layout.
+mkdir "$T/tests" && cp -R "$top_srcdir/tests/bad" "$T/tests/bad" && chmod -R u+w "$T/tests" &&
+	ln -s data.bin "$T/tests/bad/data_link.bin" && ln -s "$top_srcdir/testdata" "$T/testdata" || exit 99
+B=$T/tests/bad
 cd "$B" || exit 99
 while IFS= read -r line; do
 	case $line in '#'* | '') continue ;; esac
