@@ -170,6 +170,43 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 	return 0;
 }
 
+static int same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+	if (!strcmp(a, b))
+		return 1;
+	return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* What no output may replace: experts.yaml and the weights it names (the
+ * input model is model_save's and the report's own check). NULL: none. */
+static const char *precious(const char *path, const Args *g, const Spec *spec)
+{
+	if (g->experts && same_file(path, g->experts))
+		return "the experts file";
+	if (spec && spec->weights && same_file(path, spec->weights))
+		return "the weights file";
+	for (size_t i = 0; spec && i < spec->nlayer; i++)
+		if (spec->layer[i].weights && same_file(path, spec->layer[i].weights))
+			return "a weights file";
+	return NULL;
+}
+
+/* The report is written last: it must not replace an input or an output. */
+static int check_report(const Args *g, const Spec *spec, Arena *a, Err *e)
+{
+	const char *what = precious(g->report, g, spec);
+	for (int i = 0; i < g->nin && !what; i++) {
+		if (same_file(g->report, g->in[i]))
+			what = "an input model";
+		else if ((g->experts || g->passthrough) && !g->check && same_file(g->report, out_path(a, g, g->in[i])))
+			what = "an output model";
+	}
+	if (what)
+		return errf(e, "--report %s is %s; choose another file for the report", g->report, what);
+	return 0;
+}
+
 /* One input, start to end. Returns its exit status (0, 1 damaged, 2). The
  * JSON entry goes to js while the Report's arena is alive. */
 static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e)
@@ -181,6 +218,12 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	const char *out = mode == RUN_REPAIR ? out_path(a, g, in) : NULL;
 	int rc = 0, loaded = 0;
 	double t0 = now(), t1 = t0, t2 = t0, t3 = t0;
+	const char *what = out ? precious(out, g, spec) : NULL;
+	if (what) {
+		errf(e, "%s: is %s; choose another -o", out, what);
+		rc = 2;
+		goto done;
+	}
 	if (model_load(&md, in, a, e) < 0) {
 		rc = 2;
 		goto done;
@@ -285,6 +328,13 @@ int main(int argc, char **argv)
 			sp = &spec;
 		}
 	}
+	int report_ok = 1;
+	if (!fatal && g.report && check_report(&g, sp, sa, &e) < 0) {
+		fatal = e.msg;
+		fprintf(stderr, "onnx-moe-repair: %s\n", e.msg);
+		status = 2;
+		report_ok = 0;
+	}
 	for (int i = 0; i < g.nin && !fatal; i++) {
 		if (js && i)
 			fputs(",\n", js);
@@ -300,7 +350,7 @@ int main(int argc, char **argv)
 		fprintf(js, ", \"exit_status\": %d}\n", status);
 		fclose(js);
 		Err re;
-		if (write_report(g.report, jbuf, jlen, &re) < 0) {
+		if (report_ok && write_report(g.report, jbuf, jlen, &re) < 0) {
 			fprintf(stderr, "onnx-moe-repair: %s\n", re.msg);
 			status = 2;
 		}

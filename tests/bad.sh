@@ -22,7 +22,7 @@ while IFS= read -r line; do
 	args=$(printf %s "$line" | sed 's/^[^|]*| *//; s/ *|.*//; s|@EX@|'"$EX"'|g')
 	msg=$(printf %s "$line" | sed 's/^[^|]*|[^|]*| *//')
 	case " $args " in
-	*" --check "*) out= ;;
+	*" --check "* | *" -o "*) out= ;;
 	*) out="-o $T/out/out.onnx" ;;
 	esac
 	ncase=$((ncase + 1))

@@ -54,7 +54,7 @@ while IFS= read -r line; do
 	case $line in '#'* | '') continue ;; esac
 	want=$(printf %s "$line" | sed 's/ *|.*//')
 	args=$(printf %s "$line" | sed 's/^[^|]*| *//; s/ *|.*//; s|@EX@|'"$EX"'|g')
-	case " $args " in *" --check "*) out= ;; *) out="-o $T/bad.onnx" ;; esac
+	case " $args " in *" --check "* | *" -o "*) out= ;; *) out="-o $T/bad.onnx" ;; esac
 	# shellcheck disable=SC2086
 	vg "$want" "bad: $args" $args $out
 done <"$B/cases.txt"
