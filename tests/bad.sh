@@ -7,9 +7,11 @@
 EX=$top_srcdir/testdata/example
 [ -f "$top_srcdir/tests/bad/cases.txt" ] || { echo "no tests/bad/cases.txt"; exit 99; }
 # A copy, to add the symlink that make dist would have dereferenced.
-# The YAML files name weights as ../../testdata/..., hence the layout.
+# The YAML files name weights as ../../testdata/..., hence the layout;
+# the symlink and the FIFO are made here (make dist would not keep them).
 mkdir "$T/tests" && cp -R "$top_srcdir/tests/bad" "$T/tests/bad" && chmod -R u+w "$T/tests" &&
-	ln -s data.bin "$T/tests/bad/data_link.bin" && ln -s "$top_srcdir/testdata" "$T/testdata" || exit 99
+	ln -s data.bin "$T/tests/bad/data_link.bin" && mkfifo "$T/tests/bad/fifo.safetensors" &&
+	ln -s "$top_srcdir/testdata" "$T/testdata" || exit 99
 B=$T/tests/bad
 # Everything the cases read, before and after.
 inputs() { (cd "$B" && find . "$EX" -type f -exec cksum {} + | sort); }

@@ -45,9 +45,11 @@ done
 
 # The refusals: error paths free what they allocated too.
 EX=$top_srcdir/testdata/example
-# The YAML files name weights as ../../testdata/..., hence the layout.
+# The YAML files name weights as ../../testdata/..., hence the layout;
+# the symlink and the FIFO are made here (make dist would not keep them).
 mkdir "$T/tests" && cp -R "$top_srcdir/tests/bad" "$T/tests/bad" && chmod -R u+w "$T/tests" &&
-	ln -s data.bin "$T/tests/bad/data_link.bin" && ln -s "$top_srcdir/testdata" "$T/testdata" || exit 99
+	ln -s data.bin "$T/tests/bad/data_link.bin" && mkfifo "$T/tests/bad/fifo.safetensors" &&
+	ln -s "$top_srcdir/testdata" "$T/testdata" || exit 99
 B=$T/tests/bad
 cd "$B" || exit 99
 while IFS= read -r line; do

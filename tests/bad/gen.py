@@ -238,3 +238,4 @@ for _ in range(3000):
     g = field(0x0a, field(0x2a, field(0x32, g)))
 w('deep_donor.onnx', b'\x08\x08' + field(0x3a, g))
 w('deep_donor.yaml', 'weights: deep_donor.onnx\nmoe:\n  - {scope: model.0, experts: 4, top_k: 2}\n')
+w('fifo.yaml', 'weights: fifo.safetensors  # a FIFO tests/bad.sh makes\nmoe:\n  - {scope: model.0, experts: 4, top_k: 2}\n')
