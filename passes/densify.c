@@ -84,11 +84,13 @@ typedef struct {
 	const char *one; /* int64 [1] initializer, opset >= 13 */
 } Emit;
 
+/* Names as the exporter forms them: /model.6/dense/Gather_2 -> ..._output_0. */
 static const char *emit(Emit *m, const char *op, const char *const *in, size_t nin)
 {
-	const char *out = g_fresh(m->c, arena_printf(m->c->a, "%s%s_output_0", m->pfx, op));
-	g_add_node(m->c, m->c->g, op, arena_printf(m->c->a, "%s%s", m->pfx, op), in, nin, &out, 1);
-	return out;
+	const char *none = "";
+	Node *n = g_add_node(m->c, m->c->g, op, arena_printf(m->c->a, "%s%s", m->pfx, op), in, nin, &none, 1);
+	n->output[0] = (char *)g_fresh(m->c, arena_printf(m->c->a, "%s_output_0", n->name));
+	return n->output[0];
 }
 
 static Node *last_node(Ctx *c)

@@ -35,18 +35,8 @@ static int rank_val(const Val *v, const char *name, int depth, PMap *memo)
 {
 	if (v->init)
 		return (int)v->init->n_dims;
-	/* Declared types first: graph inputs, outputs, value_info. */
-	Onnx__GraphProto *gp = v->g->gp;
-	Onnx__ValueInfoProto **lists[] = { gp->input, gp->output, gp->value_info };
-	size_t ns[] = { gp->n_input, gp->n_output, gp->n_value_info };
-	for (int l = 0; l < 3; l++)
-		for (size_t i = 0; i < ns[l]; i++) {
-			Onnx__ValueInfoProto *vi = lists[l][i];
-			if (strcmp(vi->name, name) == 0 && vi->type &&
-			    vi->type->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
-			    vi->type->tensor_type->shape)
-				return (int)vi->type->tensor_type->shape->n_dim;
-		}
+	if (v->shape)
+		return (int)v->shape->n_dim;
 	Node *n = v->def;
 	/* Every rule below but Constant's reads input 0, some input 1: a node
 	 * short of inputs (malformed) has no rank to tell. */
@@ -531,22 +521,26 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 	} else {
 		size_t nt;
 		Node **tk = topks_in(c, s->scope, &nt);
-		Node *pick = NULL;
-		int npick = 0;
-		for (size_t i = 0; i < nt; i++) {
+		/* The router's TopK is the one whose indices the dispatch compares
+		 * with expert ids; a lone TopK is the router of a dense layer. */
+		Node *pick = nt == 1 ? tk[0] : NULL;
+		int npick = nt == 1;
+		for (size_t i = 0; i < nt && nt > 1; i++) {
 			int ids[4];
-			if (nt == 1 || compared_ids(c, tk[i]->output[1], ids, 4, e) > 0 ||
-			    g_val(c->g, tk[i]->output[1])->nuse) {
+			if (tk[i]->n_output > 1 && compared_ids(c, tk[i]->output[1], ids, 4, e) > 0) {
 				if (!pick)
 					pick = tk[i];
 				npick++;
 			}
 		}
 		if (!pick)
-			return errf(e, "layer %s: no TopK under this scope; set router.indices in experts.yaml", s->scope);
+			return errf(e, "layer %s: %s TopK under this scope; set router.indices in experts.yaml", s->scope,
+				    nt ? "cannot tell the router's" : "no");
 		if (npick > 1)
-			return errf(e, "layer %s: %d TopK nodes under this scope (first '%s'); set router.indices in experts.yaml",
+			return errf(e, "layer %s: %d TopK nodes under this scope compare their indices with expert ids (first '%s'); set router.indices in experts.yaml",
 				    s->scope, npick, pick->name);
+		if (pick->n_output < 2)
+			return errf(e, "layer %s: TopK '%s' has no indices output", s->scope, pick->name);
 		L->topk = pick;
 		L->indices = pick->output[1];
 	}

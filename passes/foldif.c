@@ -70,19 +70,9 @@ static int64_t dim_of(const Graph *g, const char *v, int64_t d, int depth, long 
 	const Tensor *t = g_const(g, v);
 	if (t)
 		return (size_t)d < t->n_dims ? t->dims[d] : UNK;
-	Onnx__GraphProto *gp = x->g->gp;
-	Onnx__ValueInfoProto **lists[] = { gp->input, gp->value_info, gp->output };
-	size_t ns[] = { gp->n_input, gp->n_value_info, gp->n_output };
-	for (int l = 0; l < 3; l++)
-		for (size_t i = 0; i < ns[l]; i++) {
-			Onnx__ValueInfoProto *vi = lists[l][i];
-			if (strcmp(vi->name, v) || !vi->type ||
-			    vi->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !vi->type->tensor_type->shape)
-				continue;
-			Onnx__TensorShapeProto *s = vi->type->tensor_type->shape;
-			if ((size_t)d < s->n_dim && s->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
-				return s->dim[d]->dim_value;
-		}
+	if (x->shape && (size_t)d < x->shape->n_dim &&
+	    x->shape->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+		return x->shape->dim[d]->dim_value;
 	Node *n = x->def;
 	if (!n)
 		return UNK;
@@ -300,41 +290,44 @@ static int match_guard(const Graph *g, const Node *n, Guard *gd)
 	return 0;
 }
 
+static int match(Ctx *c, Node *n, void *st)
+{
+	Guard *gd = st;
+	Val *out = n->n_output ? g_val(c->g, n->output[0]) : NULL;
+	long work = 0;
+	return out && (out->nuse || out->isout) && match_guard(c->g, n, gd) &&
+	       dim_of(c->g, gd->t, gd->d, 0, &work) == 1;
+}
+
+/* The then-branch's Squeeze, lifted, produces the If's output. */
+static int rewrite(Ctx *c, Node *n, void *st, Err *e)
+{
+	const Guard *gd = st;
+	const Onnx__GraphProto *th = branch(n, "then_branch");
+	Map ren;
+	map_init(&ren, c->a, 8);
+	for (size_t j = 0; j < th->n_node; j++) {
+		Node *k = g_clone_node(c, c->g, th->node[j]);
+		k->name = (char *)g_fresh(c, k->name && *k->name ? k->name : k->op_type);
+		for (size_t q = 0; q < k->n_input; q++) {
+			const char *r = map_get(&ren, k->input[q]);
+			if (r)
+				k->input[q] = (char *)r;
+		}
+		if (th->node[j] == gd->sq) {
+			k->output[0] = n->output[0];
+		} else {
+			k->output[0] = (char *)g_fresh(c, k->output[0]);
+			map_put(&ren, th->node[j]->output[0], k->output[0]);
+		}
+	}
+	g_rename_output(c, n, 0, g_fresh(c, arena_printf(c->a, "%s_guarded", n->output[0])));
+	(void)e;
+	return 0;
+}
+
 int fold_shape_ifs(Ctx *c, int dry, Err *e)
 {
-	int folded = 0;
-	Onnx__GraphProto *gp = c->g->gp;
-	size_t nn = gp->n_node;
-	for (size_t i = 0; i < nn; i++) {
-		Node *n = gp->node[i];
-		Guard gd;
-		long work = 0;
-		if (!match_guard(c->g, n, &gd) || dim_of(c->g, gd.t, gd.d, 0, &work) != 1)
-			continue;
-		folded++;
-		if (dry)
-			continue;
-		/* The then-branch's Squeeze, lifted, produces the If's output. */
-		const Onnx__GraphProto *th = branch(n, "then_branch");
-		Map ren;
-		map_init(&ren, c->a, 8);
-		for (size_t j = 0; j < th->n_node; j++) {
-			Node *k = g_clone_node(c, c->g, th->node[j]);
-			k->name = (char *)g_fresh(c, k->name && *k->name ? k->name : k->op_type);
-			for (size_t q = 0; q < k->n_input; q++) {
-				const char *r = map_get(&ren, k->input[q]);
-				if (r)
-					k->input[q] = (char *)r;
-			}
-			if (th->node[j] == gd.sq) {
-				k->output[0] = n->output[0];
-			} else {
-				k->output[0] = (char *)g_fresh(c, k->output[0]);
-				map_put(&ren, th->node[j]->output[0], k->output[0]);
-			}
-		}
-		g_rename_output(c, n, 0, g_fresh(c, arena_printf(c->a, "%s_guarded", n->output[0])));
-	}
-	(void)e;
-	return folded;
+	static const Pattern p = { "shape-guard If", match, rewrite, sizeof(Guard) };
+	return g_rewrite(c, &p, 1, dry, e);
 }

@@ -15,12 +15,6 @@
 
 static const double EPS[] = { 1e-5, 1e-3, 1e-4, 1e-6, 1e-2, 1e-1 };
 
-static double tolerance(int dtype)
-{
-	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
-		       dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? 1e-3 : 1e-5;
-}
-
 static int is_float(int dtype)
 {
 	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
@@ -53,7 +47,15 @@ typedef struct {
 	Ctx *c;
 	WSrc *w;
 	Map cache; /* key -> f32 copy */
+	int lowp;  /* a half-precision checkpoint tensor was read: compare at its precision */
 } Src;
+
+/* Relative 1e-5 for fp32, 1e-3 when either side is half precision. */
+static double tolerance(const Src *s, int dtype)
+{
+	return s->lowp || dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+		       dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? 1e-3 : 1e-5;
+}
 
 static const float *key_f32(Src *s, const char *key, int64_t *n)
 {
@@ -66,6 +68,8 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 		return f;
 	if (*n < 0 || !is_float(t->dtype))
 		return NULL;
+	if (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 || t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
+		s->lowp = 1;
 	f = arena_alloc_raw(s->c->a, (size_t)*n * sizeof *f + 1);
 	Err e;
 	if (wt_to_f32(t, f, &e))
@@ -182,7 +186,6 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 	Arena *a = s->c->a;
 	WSrc *w = s->w;
 	size_t lp = strlen(pre);
-	double tol = tolerance(t->data_type);
 	Err e;
 	int64_t kn;
 	r->tname = t->name;
@@ -196,7 +199,7 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 		if (strncmp(k->name, pre, lp) != 0 || wt_numel(k) != n)
 			continue;
 		const float *kf = key_f32(s, k->name, &kn);
-		if (kf && reldiff(kf, f, n) <= tol) {
+		if (kf && reldiff(kf, f, n) <= tolerance(s, t->data_type)) {
 			r->kind = R_VALUE;
 			r->rest = k->name + lp;
 			return 1;
@@ -222,7 +225,7 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 				for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
 					*r = (Recipe){ .tname = t->name, .kind = R_FOLD_W, .rest = cw->name + lp, .bn = bn, .eps = EPS[q] };
 					const float *x = rebuild(s, r, pre, n, &e);
-					if (x && reldiff(x, f, n) <= tol)
+					if (x && reldiff(x, f, n) <= tolerance(s, t->data_type))
 						return 1;
 				}
 			}
@@ -242,7 +245,7 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 				for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
 					*r = (Recipe){ .tname = t->name, .kind = R_FOLD_B, .bn = bn, .bias = bias, .eps = EPS[q] };
 					const float *x = rebuild(s, r, pre, n, &e);
-					if (x && reldiff(x, f, n) <= tol)
+					if (x && reldiff(x, f, n) <= tolerance(s, t->data_type))
 						return 1;
 				}
 				if (j == w->n)
@@ -304,7 +307,7 @@ static int same_shape(const Ctx *c, const Expert *a, const Expert *b)
 
 int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err *e)
 {
-	Src s = { c, w, { 0 } };
+	Src s = { c, w, { 0 }, 0 };
 	map_init(&s.cache, c->a, 64);
 	size_t ns;
 	Slot *sl = const_slots(c, tpl, &ns);
@@ -364,7 +367,7 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 			double d = reldiff(x, f, n);
 			if (d > m->maxdiff)
 				m->maxdiff = d;
-			if (d > tolerance(u->data_type))
+			if (d > tolerance(&s, u->data_type))
 				return errf(e, "layer %s: expert %d's tensor '%s' differs from its checkpoint rebuild (relative difference %.3g); is %s the checkpoint of this model?",
 					    L->scope, q->id, qn, d, w->path);
 		}
@@ -413,7 +416,7 @@ static int fits_template(Ctx *c, const Layer *L, const Recipe *r, const char *pr
 int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w,
 	      void **data, size_t *nbytes, Err *e)
 {
-	Src s = { c, w, { 0 } };
+	Src s = { c, w, { 0 }, 0 };
 	map_init(&s.cache, c->a, 8);
 	int64_t n = g_tensor_numel(t);
 	const char *pre = key_prefix(c, L, id);

@@ -38,8 +38,9 @@ static void release(AFile *f)
 	f->tmpname = f->base = NULL;
 }
 
-int afile_open(AFile *f, const char *path, mode_t mode, Err *e)
+int afile_open(AFile *f, const char *path, int flags, Err *e)
 {
+	mode_t mode = 0666;
 	*f = (AFile){ .path = path, .fd = -1, .dirfd = -1 };
 	f->buf = malloc(AFILE_BUF);
 	if (!f->buf)
@@ -87,10 +88,10 @@ int afile_open(AFile *f, const char *path, mode_t mode, Err *e)
 		mode = st.st_mode & 07777;
 		keep = 1;
 	}
-	f->fd = openat(f->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
+	f->fd = flags & AFILE_NAMED ? -1 : openat(f->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
 	if (f->fd >= 0) {
 		f->tmpfile = 1;
-	} else if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
+	} else if (flags & AFILE_NAMED || errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
 		/* No O_TMPFILE here: a named temporary, removed on every error
 		 * path (only SIGKILL can leave it behind). */
 		f->tmpname = malloc(strlen(dir) + strlen(f->base) + 16);
@@ -128,6 +129,10 @@ int afile_open(AFile *f, const char *path, mode_t mode, Err *e)
 		afile_abort(f);
 		return -1;
 	}
+	/* root replacing a user's file (--in-place) hands it back to them;
+	 * for anyone else this fails harmlessly and the file is theirs. */
+	if (keep && (st.st_uid != geteuid() || st.st_gid != getegid()))
+		(void)!fchown(f->fd, st.st_uid, st.st_gid);
 	free(dir);
 	return 0;
 }

@@ -24,10 +24,13 @@ typedef struct {
 	unsigned long long written;
 } AFile;
 
-/* mode: permission bits for a new file (umask applies); an existing target
- * keeps its own. "-" writes straight to standard output, unbuffered by
- * rename (nothing atomic about a pipe). */
-int afile_open(AFile *f, const char *path, mode_t mode, Err *e);
+enum {
+	AFILE_NAMED = 1 << 0, /* use the mkstemp fallback even where O_TMPFILE works (tests) */
+};
+/* A new file gets 0666 minus the umask; an existing target keeps its mode
+ * and owner. "-" writes straight to standard output (nothing atomic about
+ * a pipe). */
+int afile_open(AFile *f, const char *path, int flags, Err *e);
 /* Buffered; on failure remembers errno and drops further writes, so a
  * caller streaming through callbacks checks once, at commit. */
 void afile_write(AFile *f, const void *p, size_t n);

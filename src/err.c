@@ -29,6 +29,16 @@ int errwrap(Err *e, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(pre, sizeof pre, fmt, ap);
 	va_end(ap);
-	snprintf(e->msg, sizeof e->msg, "%s: %s", pre, old);
+	/* Keep the start of both when the whole does not fit. */
+	size_t cap = sizeof e->msg - 1, n = strlen(pre), m = strlen(old);
+	if (n > cap - 2)
+		n = cap - 2;
+	memcpy(e->msg, pre, n);
+	memcpy(e->msg + n, ": ", 2);
+	n += 2;
+	if (m > cap - n)
+		m = cap - n;
+	memcpy(e->msg + n, old, m);
+	e->msg[n + m] = 0;
 	return -1;
 }

@@ -94,6 +94,17 @@ static int define_graph(Ctx *c, Graph *g, Err *e)
 	}
 	for (size_t i = 0; i < gp->n_output; i++)
 		def_val(c, g, gp->output[i]->name, e)->isout = 1;
+	/* Declared shapes, so rank and dimension queries need no scan. */
+	Onnx__ValueInfoProto **lists[] = { gp->input, gp->output, gp->value_info };
+	size_t ns[] = { gp->n_input, gp->n_output, gp->n_value_info };
+	for (int l = 0; l < 3; l++)
+		for (size_t i = 0; i < ns[l]; i++) {
+			Onnx__ValueInfoProto *vi = lists[l][i];
+			Val *v = map_get(&g->val, vi->name);
+			if (v && !v->shape && vi->type && vi->type->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
+			    vi->type->tensor_type->shape)
+				v->shape = vi->type->tensor_type->shape;
+		}
 	return 0;
 }
 
@@ -328,9 +339,15 @@ const char *g_fresh(Ctx *c, const char *base)
 		map_put(&c->names, s, (void *)s);
 		return s;
 	}
+	/* base_1, base_2, ...: a counter per base keeps names short and the
+	 * search short when one base is asked for many times. */
+	if (!c->fresh.a)
+		map_init(&c->fresh, c->a, 64);
+	size_t k = (size_t)(uintptr_t)map_get(&c->fresh, base);
 	for (;;) {
-		const char *s = arena_printf(c->a, "%s_%zu", base, ++c->nfresh);
+		const char *s = arena_printf(c->a, "%s_%zu", base, ++k);
 		if (!map_get(&c->names, s)) {
+			map_put(&c->fresh, arena_strdup(c->a, base), (void *)(uintptr_t)k);
 			map_put(&c->names, s, (void *)s);
 			return s;
 		}
@@ -487,6 +504,41 @@ void g_move_node(Ctx *c, Node *n, Graph *to)
 		gp->n_node = k;
 	}
 	push_node(c, to, n);
+}
+
+/* ---- pattern rewriting ---- */
+
+int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e)
+{
+	int total = 0;
+	unsigned char st[512];
+	/* A rewrite exposes new matches only through the nodes it adds, so a
+	 * few rounds reach the fixed point; the bound stops a pattern that
+	 * keeps matching its own output. */
+	for (int round = 0; round < 64; round++) {
+		int done = 0;
+		size_t n = c->g->gp->n_node;
+		for (size_t i = 0; i < n; i++) {
+			Node *nd = c->g->gp->node[i];
+			for (size_t k = 0; k < np; k++) {
+				if (p[k].stsize > sizeof st)
+					return errf(e, "pattern %s: state too large", p[k].name);
+				memset(st, 0, p[k].stsize);
+				if (!p[k].match(c, nd, st))
+					continue;
+				done++;
+				if (!dry && p[k].rewrite(c, nd, st, e))
+					return -1;
+				break;
+			}
+		}
+		total += done;
+		if (dry || !done)
+			return total;
+		if (g_reindex(c, e))
+			return -1;
+	}
+	return errf(e, "rewriting did not settle after 64 rounds; please report this model");
 }
 
 /* ---- dead-node elimination ---- */

@@ -30,6 +30,7 @@ typedef struct {
 	Tensor *init;   /* initializer, or NULL */
 	int isin;       /* graph input */
 	int isout;      /* graph output */
+	const Onnx__TensorShapeProto *shape; /* declared (input, output, value_info), or NULL */
 	Graph *g;       /* graph defining it */
 	Use *use;
 	size_t nuse, capuse;
@@ -55,7 +56,7 @@ typedef struct {
 	Map names;       /* every value and node name in the model, for g_fresh */
 	PMap nodeg;      /* Node* -> Graph* */
 	PMap nodeidx;    /* Node* -> position + 1 in its graph, for stable orders */
-	size_t nfresh;
+	Map fresh;       /* base name -> last suffix handed out */
 } Ctx;
 
 /* Builds the index; errors on values produced twice in one scope. */
@@ -104,6 +105,21 @@ void g_replace_uses(Ctx *c, const char *from, const char *to);
 void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to);
 /* Moves a node into graph g (appended); used to lift nodes out of If bodies. */
 void g_move_node(Ctx *c, Node *n, Graph *to);
+
+/* Match/rewrite pairs driven to a fixed point over the main graph. match
+ * looks at one node and fills st (stsize bytes) when the pattern applies;
+ * rewrite changes the model through this API and must leave the matched
+ * node unmatchable (typically by renaming away its output, which DCE then
+ * removes). The index is rebuilt between rounds. */
+typedef struct {
+	const char *name;
+	int (*match)(Ctx *c, Node *n, void *st);
+	int (*rewrite)(Ctx *c, Node *n, void *st, Err *e);
+	size_t stsize;
+} Pattern;
+
+/* Returns the number of rewrites (dry: of matches, nothing changed), or -1. */
+int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e);
 
 /* Dead-node elimination from the graph outputs, into subgraphs; drops
  * initializers nothing reads. Returns the number of nodes removed. */

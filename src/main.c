@@ -170,6 +170,55 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 	return 0;
 }
 
+/* The file a path names once written: realpath of its folder + its name,
+ * so "a/../b/x" and "b/x" compare equal and a symlinked file compares
+ * equal to its target. NULL when the folder does not exist. */
+static char *target(Arena *a, const char *p)
+{
+	char *r = realpath(p, NULL);
+	if (!r) {
+		const char *s = strrchr(p, '/');
+		char *d = s ? arena_dup(a, p, (size_t)(s - p) + 1) : ".";
+		if (s)
+			d[s - p] = 0;
+		char *rd = realpath(*d ? d : "/", NULL);
+		if (!rd)
+			return NULL;
+		r = (char *)arena_printf(a, "%s/%s", rd, s ? s + 1 : p);
+		free(rd);
+		return r;
+	}
+	char *q = arena_strdup(a, r);
+	free(r);
+	return q;
+}
+
+/* Writes that would destroy an input before it is read, or a report over
+ * a model: refused before anything runs. (model_save refuses writing over
+ * its own input by itself.) */
+static int clashes(const Args *g, Arena *a, Err *e)
+{
+	int writes = (g->experts || g->passthrough) && !g->check;
+	char **in = arena_alloc(a, (size_t)g->nin * sizeof *in);
+	for (int i = 0; i < g->nin; i++)
+		in[i] = target(a, g->in[i]);
+	const char *rep = g->report ? target(a, g->report) : NULL;
+	for (int i = 0; i < g->nin; i++) {
+		if (rep && in[i] && !strcmp(rep, in[i]))
+			return errf(e, "--report %s is the input model %s; choose another report file", g->report, g->in[i]);
+		if (!writes)
+			continue;
+		const char *o = out_path(a, g, g->in[i]);
+		const char *ot = strcmp(o, "-") ? target(a, o) : NULL;
+		if (rep && ot && !strcmp(rep, ot))
+			return errf(e, "--report %s is also the output model; choose another report file", g->report);
+		for (int j = 0; j < g->nin && ot; j++)
+			if (j != i && in[j] && !strcmp(ot, in[j]))
+				return errf(e, "%s: the output for %s would overwrite the input %s; choose another -o", o, g->in[i], g->in[j]);
+	}
+	return 0;
+}
+
 static int same_file(const char *a, const char *b)
 {
 	struct stat sa, sb;
@@ -179,7 +228,7 @@ static int same_file(const char *a, const char *b)
 }
 
 /* What no output may replace: experts.yaml and the weights it names (the
- * input model is model_save's and the report's own check). NULL: none. */
+ * inputs and outputs are clashes()'s and model_save's). NULL: none. */
 static const char *precious(const char *path, const Args *g, const Spec *spec)
 {
 	if (g->experts && same_file(path, g->experts))
@@ -192,16 +241,10 @@ static const char *precious(const char *path, const Args *g, const Spec *spec)
 	return NULL;
 }
 
-/* The report is written last: it must not replace an input or an output. */
-static int check_report(const Args *g, const Spec *spec, Arena *a, Err *e)
+/* The report is written last: it must not replace what the run read. */
+static int check_report(const Args *g, const Spec *spec, Err *e)
 {
 	const char *what = precious(g->report, g, spec);
-	for (int i = 0; i < g->nin && !what; i++) {
-		if (same_file(g->report, g->in[i]))
-			what = "an input model";
-		else if ((g->experts || g->passthrough) && !g->check && same_file(g->report, out_path(a, g, g->in[i])))
-			what = "an output model";
-	}
 	if (what)
 		return errf(e, "--report %s is %s; choose another file for the report", g->report, what);
 	return 0;
@@ -233,6 +276,8 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	if (!g->passthrough) {
 		Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose };
 		if (pipeline_run(&md, spec, &o, &r, e) < 0) {
+			/* Pass errors name a layer or node, not the file. */
+			errwrap(e, "%s", in);
 			rc = 2;
 			goto done;
 		}
@@ -249,7 +294,10 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	t3 = now();
 done:
 	if (!g->quiet) {
-		report_print(stderr, in, &r, mode, g->verbose);
+		/* After an error the Report is half filled ("Conv 7 -> 0"):
+		 * only -v shows how far it got. */
+		if (rc != 2 || g->verbose)
+			report_print(stderr, in, &r, mode, g->verbose);
 		if (rc == 2)
 			; /* main prints the error */
 		else if (mode == RUN_REPAIR && g->passthrough)
@@ -288,7 +336,7 @@ done:
 static int write_report(const char *path, const char *text, size_t n, Err *e)
 {
 	AFile f;
-	if (afile_open(&f, path, 0666, e) < 0)
+	if (afile_open(&f, path, 0, e) < 0)
 		return -1;
 	afile_write(&f, text, n);
 	return afile_commit(&f, e);
@@ -316,6 +364,10 @@ int main(int argc, char **argv)
 	}
 
 	Arena *sa = arena_new();
+	if (clashes(&g, sa, &e) < 0) {
+		arena_free(sa);
+		return die(e.msg);
+	}
 	Spec spec, *sp = NULL;
 	int status = 0;
 	const char *fatal = NULL;
@@ -329,7 +381,7 @@ int main(int argc, char **argv)
 		}
 	}
 	int report_ok = 1;
-	if (!fatal && g.report && check_report(&g, sp, sa, &e) < 0) {
+	if (!fatal && g.report && check_report(&g, sp, &e) < 0) {
 		fatal = e.msg;
 		fprintf(stderr, "onnx-moe-repair: %s\n", e.msg);
 		status = 2;

@@ -10,7 +10,17 @@ uint64_t map_hash(const char *s)
 	return h;
 }
 
-void map_init(Map *m, Arena *a, size_t hint)
+static uint64_t hash(const Map *m, const void *key)
+{
+	if (!m->byptr)
+		return map_hash(key);
+	uint64_t x = (uintptr_t)key;
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	return x ^ (x >> 33);
+}
+
+static void init(Map *m, Arena *a, size_t hint, int byptr)
 {
 	size_t cap = 16;
 	while (cap < hint * 2)
@@ -18,20 +28,21 @@ void map_init(Map *m, Arena *a, size_t hint)
 	m->a = a;
 	m->cap = cap;
 	m->len = 0;
+	m->byptr = byptr;
 	m->slot = arena_alloc(a, cap * sizeof *m->slot);
 }
 
-static MapSlot *find(const Map *m, const char *key)
+static MapSlot *find(const Map *m, const void *key)
 {
-	size_t i = map_hash(key) & (m->cap - 1);
+	size_t i = hash(m, key) & (m->cap - 1);
 	for (;; i = (i + 1) & (m->cap - 1)) {
 		MapSlot *s = &m->slot[i];
-		if (!s->key || strcmp(s->key, key) == 0)
+		if (!s->key || s->key == key || (!m->byptr && strcmp(s->key, key) == 0))
 			return s;
 	}
 }
 
-void *map_get(const Map *m, const char *key)
+static void *get(const Map *m, const void *key)
 {
 	if (!m->cap)
 		return NULL;
@@ -39,10 +50,10 @@ void *map_get(const Map *m, const char *key)
 	return s->key ? s->val : NULL;
 }
 
-void *map_put(Map *m, const char *key, void *val)
+static void *put(Map *m, const void *key, void *val)
 {
-	if (!m->cap)
-		map_init(m, m->a, 8);
+	if (!m->cap) /* zero-initialised with only .a set: start small */
+		init(m, m->a, 8, m->byptr);
 	if ((m->len + 1) * 4 > m->cap * 3) {
 		MapSlot *old = m->slot;
 		size_t oldcap = m->cap;
@@ -62,57 +73,14 @@ void *map_put(Map *m, const char *key, void *val)
 	return prev;
 }
 
-static size_t phash(const void *p)
-{
-	uint64_t x = (uintptr_t)p;
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	return (size_t)x;
-}
-
-void pmap_init(PMap *m, Arena *a, size_t hint)
-{
-	size_t cap = 16;
-	while (cap < hint * 2)
-		cap <<= 1;
-	m->a = a;
-	m->cap = cap;
-	m->len = 0;
-	m->slot = arena_alloc(a, cap * sizeof *m->slot);
-}
-
-static PMapSlot *pfind(const PMap *m, const void *key)
-{
-	size_t i = phash(key) & (m->cap - 1);
-	while (m->slot[i].key && m->slot[i].key != key)
-		i = (i + 1) & (m->cap - 1);
-	return &m->slot[i];
-}
-
-void *pmap_get(const PMap *m, const void *key)
-{
-	if (!m->cap)
-		return NULL;
-	PMapSlot *s = pfind(m, key);
-	return s->key ? s->val : NULL;
-}
-
+void map_init(Map *m, Arena *a, size_t hint) { init(m, a, hint, 0); }
+void *map_get(const Map *m, const char *key) { return get(m, key); }
+void *map_put(Map *m, const char *key, void *val) { return put(m, key, val); }
+void pmap_init(PMap *m, Arena *a, size_t hint) { init(m, a, hint, 1); }
+void *pmap_get(const PMap *m, const void *key) { return get(m, key); }
 void pmap_put(PMap *m, const void *key, void *val)
 {
-	if ((m->len + 1) * 4 > m->cap * 3) {
-		PMapSlot *old = m->slot;
-		size_t oldcap = m->cap;
-		m->cap *= 2;
-		m->slot = arena_alloc(m->a, m->cap * sizeof *m->slot);
-		for (size_t i = 0; i < oldcap; i++)
-			if (old[i].key)
-				*pfind(m, old[i].key) = old[i];
-	}
-	PMapSlot *s = pfind(m, key);
-	if (!s->key) {
-		s->key = key;
-		m->len++;
-	}
-	s->val = val;
+	if (!m->cap)
+		m->byptr = 1;
+	put(m, key, val);
 }

@@ -1,7 +1,8 @@
-/* String-keyed hash map (open addressing, FNV-1a), arena-backed.
- * Keys are not copied: they must outlive the map (they live in the arena or
- * in the mapped model). Removal is not supported; passes mark values dead
- * instead. */
+/* Hash maps (open addressing), arena-backed, in two flavours sharing one
+ * implementation: Map is keyed by string (FNV-1a), PMap by pointer, for side
+ * tables over protobuf objects (node -> info). Keys are not copied: they
+ * must outlive the map (they live in the arena or in the mapped model).
+ * Removal is not supported; passes mark values dead instead. */
 #ifndef MAP_H
 #define MAP_H
 #include <stddef.h>
@@ -9,7 +10,7 @@
 #include "arena.h"
 
 typedef struct {
-	const char *key;
+	const void *key;
 	void *val;
 } MapSlot;
 
@@ -17,7 +18,10 @@ typedef struct {
 	Arena *a;
 	MapSlot *slot;
 	size_t cap, len; /* cap is a power of two */
+	int byptr;       /* keys compared as pointers, not strings */
 } Map;
+
+typedef Map PMap;
 
 void map_init(Map *m, Arena *a, size_t hint);
 void *map_get(const Map *m, const char *key);
@@ -25,23 +29,10 @@ void *map_get(const Map *m, const char *key);
 void *map_put(Map *m, const char *key, void *val);
 uint64_t map_hash(const char *s);
 
-/* Iterate: for (size_t i = 0; i < m.cap; i++) if (m.slot[i].key) ... */
-
-
-
-/* Pointer-keyed map, for side tables over protobuf objects (node -> info). */
-typedef struct {
-	const void *key;
-	void *val;
-} PMapSlot;
-
-typedef struct {
-	Arena *a;
-	PMapSlot *slot;
-	size_t cap, len;
-} PMap;
-
 void pmap_init(PMap *m, Arena *a, size_t hint);
 void *pmap_get(const PMap *m, const void *key);
 void pmap_put(PMap *m, const void *key, void *val);
+
+/* Iterate: for (size_t i = 0; i < m.cap; i++) if (m.slot[i].key) ... */
+
 #endif

@@ -703,7 +703,7 @@ int model_save(const Model *md, const char *out, int flags, Err *e)
 			return -1;
 	}
 	AFile f;
-	if (afile_open(&f, out, 0666, e) < 0)
+	if (afile_open(&f, out, 0, e) < 0)
 		return -1;
 	Sink s = { .base.append = sink_append, .f = &f };
 	protobuf_c_message_pack_to_buffer(&md->m->base, &s.base);

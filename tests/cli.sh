@@ -49,4 +49,30 @@ json_ok() {
 json_ok "$T/r.json" 'd["exit_status"]==2 and len(d["models"])==2 and d["models"][0]["input"].endswith("\"ird\\na\tme.onnx") and d["models"][0]["status"]=="written" and d["models"][1]["status"]=="error" and "empty file" in d["models"][1]["error"]' &&
 	ok "report JSON parses, escapes names, records the error" || fail "report JSON: $(cat "$T/r.json")"
 ls -a "$T" | grep -q '^\.r\.json\.' && fail "report temp left behind"
+
+# A report or an output must not land on an input before it is read.
+cp "$T/m.onnx" "$T/c1.onnx"
+s0=$(sum "$T/c1.onnx")
+expect 2 "--report naming the input" -- "$BIN" "$T/c1.onnx" --report "$T/c1.onnx" && one_line_err "--report input"
+expect 2 "--report naming the output" -- "$BIN" --passthrough "$T/c1.onnx" -o "$T/c2.onnx" --report "$T/./c2.onnx"
+cp "$T/m.onnx" "$T/c1.repaired.onnx"
+expect 2 "one input's output is another input" -- "$BIN" --passthrough "$T/c1.onnx" "$T/c1.repaired.onnx"
+[ "$(sum "$T/c1.onnx")" = "$s0" ] && [ ! -e "$T/c2.onnx" ] || fail "a refused run changed files"
+
+# The exit-status contract on the bundled example (a traced export that
+# lost experts): damaged -> 1 under --check and diagnosis, repaired -> 0.
+ex=$top_srcdir/testdata/example
+if [ -f "$ex/broken.onnx" ] && [ -f "$ex/experts.yaml" ]; then
+	expect 1 "--check on the broken example" -- "$BIN" --check "$ex/broken.onnx" --experts "$ex/experts.yaml"
+	grep -q 'missing' "$T/err" || fail "--check should name the missing experts: $(cat "$T/err")"
+	expect 1 "diagnosis (no --experts) on the broken example" -- "$BIN" "$ex/broken.onnx"
+	expect 0 "repair of the example" -- "$BIN" "$ex/broken.onnx" --experts "$ex/experts.yaml" -o "$T/fixed.onnx" --report "$T/fixed.json"
+	grep -q 're-inserted [0-9]' "$T/err" || fail "summary should list re-inserted experts: $(cat "$T/err")"
+	json_ok "$T/fixed.json" 'd["models"][0]["status"]=="repaired" and len(d["models"][0]["layers"][0]["inserted"])>0' ||
+		fail "example report: $(cat "$T/fixed.json")"
+	expect 0 "--check on the repaired example" -- "$BIN" --check "$T/fixed.onnx" --experts "$ex/experts.yaml"
+	expect 0 "diagnosis on the repaired example" -- "$BIN" "$T/fixed.onnx"
+else
+	echo "skip: no testdata/example"
+fi
 finish

@@ -51,6 +51,13 @@ for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/ "$top_src
 		"$BIN" -q "$out" --experts "$dir/experts.yaml" -o "$T/again.onnx" &&
 		{ cmp -s "$out" "$T/again.onnx" && ok "$name: second repair is byte-identical" ||
 			fail "$name: repairing a repaired model changed it"; }
+	if [ -f "$dir/model.pt" ] && grep -q '^weights: model.safetensors$' "$dir/experts.yaml"; then
+		sed "s|^weights: model.safetensors\$|weights: $dir/model.pt|" "$dir/experts.yaml" >"$T/pt.yaml"
+		expect 0 "$name: repair with weights: model.pt" -- \
+			"$BIN" -q "$dir/broken.onnx" --experts "$T/pt.yaml" -o "$T/pt.onnx" &&
+			{ cmp -s "$out" "$T/pt.onnx" && ok "$name: model.pt gives the same model as safetensors" ||
+				fail "$name: model.pt and model.safetensors repairs differ"; }
+	fi
 	if [ -f "$dir/dense.onnx" ]; then
 		expect 0 "$name: repair of the dense export" -- \
 			"$BIN" -q "$dir/dense.onnx" --experts "$dir/experts.yaml" -o "$T/dense.onnx" &&

@@ -25,9 +25,12 @@ else
 	echo "skip: no corpus at $corpus"
 fi
 m=$n
+# testdata/unit/ holds reader fixtures, some broken on purpose (a dangling
+# external data reference): not models.
 if [ -d "$top_srcdir/testdata" ]; then
-	# testdata/unit holds reader fixtures, some malformed on purpose.
-	for f in $(find "$top_srcdir/testdata" -path '*/testdata/unit' -prune -o -name '*.onnx' -print | sort); do rt "$f"; done
+	for f in $(find "$top_srcdir/testdata" -path '*/testdata/unit' -prune -o -name '*.onnx' ! -name '*.repaired.onnx' -print | sort); do
+		rt "$f"
+	done
 fi
 ok "testdata: $((n - m)) models round-trip byte-identically"
 

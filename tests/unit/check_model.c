@@ -1,4 +1,5 @@
 #include <check.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include "afile.h"
+#include "json.h"
 #include "model.h"
 #include "report.h"
 
@@ -152,19 +154,34 @@ START_TEST(refuses_over_2gib)
 }
 END_TEST
 
+static int entries(void)
+{
+	int n = 0;
+	DIR *d = opendir(dir);
+	for (struct dirent *de; (de = readdir(d));)
+		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	return n;
+}
+
+/* Both ways of making the temporary: O_TMPFILE, and the named mkstemp
+ * fallback (which must clean up after itself on abort and on commit). */
 START_TEST(afile_abort_and_mode)
 {
+	int flags = _i ? AFILE_NAMED : 0;
 	Arena *a = arena_new();
 	AFile f;
 	Err e;
 	put(at(a, "t.txt"), "old", 3);
 	chmod(at(a, "t.txt"), 0604);
-	ck_assert_int_eq(afile_open(&f, at(a, "t.txt"), 0666, &e), 0);
+	ck_assert_int_eq(afile_open(&f, at(a, "t.txt"), flags, &e), 0);
+	ck_assert_int_eq(entries(), _i ? 2 : 1); /* the named temporary shows */
 	afile_write(&f, "new!", 4);
 	afile_abort(&f);
+	ck_assert_int_eq(entries(), 1);
 	size_t n;
 	ck_assert_mem_eq(get(a, at(a, "t.txt"), &n), "old", 3);
-	ck_assert_int_eq(afile_open(&f, at(a, "t.txt"), 0666, &e), 0);
+	ck_assert_int_eq(afile_open(&f, at(a, "t.txt"), flags, &e), 0);
 	/* Bigger than the buffer: goes straight to the file. */
 	size_t big = AFILE_BUF + 123;
 	char *p = arena_alloc(a, big);
@@ -178,8 +195,18 @@ START_TEST(afile_abort_and_mode)
 	struct stat st;
 	ck_assert_int_eq(stat(at(a, "t.txt"), &st), 0);
 	ck_assert_int_eq(st.st_mode & 0777, 0604);
+	ck_assert_int_eq(entries(), 1);
 	unlink(at(a, "t.txt"));
-	ck_assert_int_eq(afile_open(&f, dir, 0666, &e), -1); /* a folder */
+	/* A new file: 0666 minus the umask, like any created file. */
+	mode_t um = umask(022);
+	ck_assert_int_eq(afile_open(&f, at(a, "n.txt"), flags, &e), 0);
+	afile_write(&f, "n", 1);
+	ck_assert_int_eq(afile_commit(&f, &e), 0);
+	umask(um);
+	ck_assert_int_eq(stat(at(a, "n.txt"), &st), 0);
+	ck_assert_int_eq(st.st_mode & 0777, 0644);
+	unlink(at(a, "n.txt"));
+	ck_assert_int_eq(afile_open(&f, dir, 0, &e), -1); /* a folder */
 	arena_free(a);
 }
 END_TEST
@@ -229,6 +256,44 @@ START_TEST(report_json_shape)
 }
 END_TEST
 
+/* What json_str writes, the strict parser reads back: every ASCII byte
+ * intact, invalid UTF-8 as U+FFFD; and report_json is a valid object body. */
+START_TEST(json_parses_back)
+{
+	Arena *a = arena_new();
+	char in[160], buf[2048];
+	for (int i = 1; i < 128; i++)
+		in[i - 1] = (char)i;
+	strcpy(in + 127, "\xc3\xa9\xff");
+	FILE *f = fmemopen(buf, sizeof buf, "w");
+	json_str(f, in);
+	fclose(f);
+	Err e;
+	JVal *v = json_parse(buf, strlen(buf), a, &e);
+	ck_assert_ptr_nonnull(v);
+	ck_assert_int_eq(v->type, J_STR);
+	ck_assert_mem_eq(v->s, in, 129);
+	ck_assert_str_eq(v->s + 129, "\xef\xbf\xbd");
+
+	int present[] = { 1 };
+	LayerReport l[2] = { { .scope = "a\"b", .present = present, .npresent = 1 }, { .scope = NULL } };
+	Report r = { .layer = l, .nlayer = 2 };
+	f = fmemopen(buf, sizeof buf, "w");
+	fputc('{', f);
+	report_json(f, &r);
+	fputc('}', f);
+	fclose(f);
+	v = json_parse(buf, strlen(buf), a, &e);
+	ck_assert_msg(v != NULL, "%s: %s", e.msg, buf);
+	ck_assert_int_eq(v->type, J_OBJ);
+	ck_assert_str_eq(v->key[3], "layers");
+	ck_assert_uint_eq(v->v[3]->n, 2);
+	ck_assert_str_eq(v->v[3]->v[0]->v[0]->s, "a\"b");
+	ck_assert_int_eq(v->v[3]->v[1]->v[0]->type, J_NULL);
+	arena_free(a);
+}
+END_TEST
+
 int main(void)
 {
 	if (!mkdtemp(dir))
@@ -238,9 +303,10 @@ int main(void)
 	tcase_add_test(tc, roundtrip_keeps_unknown_fields);
 	tcase_add_test(tc, tensor_data_embedded_and_external);
 	tcase_add_test(tc, refuses_over_2gib);
-	tcase_add_test(tc, afile_abort_and_mode);
+	tcase_add_loop_test(tc, afile_abort_and_mode, 0, 2);
 	tcase_add_test(tc, json_escapes);
 	tcase_add_test(tc, report_json_shape);
+	tcase_add_test(tc, json_parses_back);
 	suite_add_tcase(s, tc);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);

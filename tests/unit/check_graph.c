@@ -1,0 +1,243 @@
+/* The graph core: index, names, dead-node elimination, stable sort, the
+ * checker, module-path matching, and rank inference. Graphs are built
+ * through the same mutation API the passes use. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+#include "moe.h"
+
+typedef struct {
+	Arena *a;
+	Ctx c;
+	Err e;
+} T;
+
+static Onnx__ValueInfoProto *vi(Arena *a, const char *name, int rank)
+{
+	Onnx__ValueInfoProto *v = arena_alloc(a, sizeof *v);
+	onnx__value_info_proto__init(v);
+	v->name = arena_strdup(a, name);
+	Onnx__TypeProto *t = arena_alloc(a, sizeof *t);
+	onnx__type_proto__init(t);
+	Onnx__TypeProto__Tensor *tt = arena_alloc(a, sizeof *tt);
+	onnx__type_proto__tensor__init(tt);
+	tt->has_elem_type = 1;
+	tt->elem_type = 1;
+	Onnx__TensorShapeProto *s = arena_alloc(a, sizeof *s);
+	onnx__tensor_shape_proto__init(s);
+	s->n_dim = (size_t)rank;
+	s->dim = arena_alloc(a, (size_t)rank * sizeof *s->dim + 1);
+	for (int i = 0; i < rank; i++) {
+		s->dim[i] = arena_alloc(a, sizeof **s->dim);
+		onnx__tensor_shape_proto__dimension__init(s->dim[i]);
+		s->dim[i]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+		s->dim[i]->dim_value = 2;
+	}
+	tt->shape = s;
+	t->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+	t->tensor_type = tt;
+	v->type = t;
+	return v;
+}
+
+/* A model with input x (rank 4) and output y, opset 17. */
+static void mk(T *t)
+{
+	t->a = arena_new();
+	Arena *a = t->a;
+	Onnx__ModelProto *m = arena_alloc(a, sizeof *m);
+	onnx__model_proto__init(m);
+	Onnx__GraphProto *g = arena_alloc(a, sizeof *g);
+	onnx__graph_proto__init(g);
+	m->graph = g;
+	Onnx__OperatorSetIdProto *o = arena_alloc(a, sizeof *o);
+	onnx__operator_set_id_proto__init(o);
+	o->domain = "";
+	o->has_version = 1;
+	o->version = 17;
+	m->opset_import = arena_alloc(a, sizeof *m->opset_import);
+	m->opset_import[0] = o;
+	m->n_opset_import = 1;
+	g->input = arena_alloc(a, sizeof *g->input);
+	g->input[0] = vi(a, "x", 4);
+	g->n_input = 1;
+	g->output = arena_alloc(a, sizeof *g->output);
+	g->output[0] = vi(a, "y", 4);
+	g->n_output = 1;
+	ck_assert_int_eq(g_init(&t->c, m, a, &t->e), 0);
+}
+
+static Node *add(T *t, const char *op, const char *name, const char *in0, const char *in1, const char *out)
+{
+	const char *in[] = { in0, in1 };
+	return g_add_node(&t->c, t->c.g, op, name, in, in1 ? 2 : 1, &out, 1);
+}
+
+static const char *names(T *t)
+{
+	char *s = arena_alloc(t->a, 1024);
+	Onnx__GraphProto *g = t->c.m->graph;
+	for (size_t i = 0; i < g->n_node; i++)
+		strcat(strcat(s, i ? " " : ""), g->node[i]->name);
+	return s;
+}
+
+START_TEST(path_matching)
+{
+	ck_assert(path_match("/model.6/experts.3/conv/conv.0/Conv", "model.6.experts.3"));
+	ck_assert(path_match("/model/model.6/experts.3/conv/Conv", "model.6.experts.3"));
+	ck_assert(path_match("/model/6/experts.3/0/Conv", "model.6.experts.3"));
+	ck_assert(path_match("/model/model.0/Add_3", "model.0"));
+	ck_assert(!path_match("/model/model.6/experts.31/conv/Conv", "model.6.experts.3"));
+	ck_assert(!path_match("/model/model.16/experts.3/Conv", "model.6.experts.3"));
+	ck_assert(!path_match("/model/model.6/shared/Conv", "model.6.experts.3"));
+	ck_assert(!path_match("", "model.0"));
+}
+END_TEST
+
+START_TEST(fresh_names_are_unique)
+{
+	T t;
+	mk(&t);
+	add(&t, "Relu", "r", "x", NULL, "y");
+	g_reindex(&t.c, &t.e);
+	const char *a = g_fresh(&t.c, "y"), *b = g_fresh(&t.c, "y"), *c = g_fresh(&t.c, "new");
+	ck_assert_str_ne(a, "y");
+	ck_assert_str_ne(a, b);
+	ck_assert_str_eq(c, "new");
+	ck_assert_str_ne(g_fresh(&t.c, "r"), "r"); /* node names count too */
+	arena_free(t.a);
+}
+END_TEST
+
+START_TEST(dce_keeps_outputs_and_drops_unread_initializers)
+{
+	T t;
+	mk(&t);
+	int64_t one = 1;
+	g_add_init_i64(&t.c, t.c.g, "dead_init", &one, 1, 0);
+	g_add_init_i64(&t.c, t.c.g, "live_init", &one, 1, 0);
+	add(&t, "Relu", "a", "x", NULL, "a_out");
+	add(&t, "Relu", "dead", "x", NULL, "dead_out");
+	add(&t, "Reshape", "b", "a_out", "live_init", "y");
+	g_reindex(&t.c, &t.e);
+	ck_assert_uint_eq(g_dce(&t.c), 1);
+	ck_assert_str_eq(names(&t), "a b");
+	ck_assert_uint_eq(t.c.m->graph->n_initializer, 1);
+	ck_assert_str_eq(t.c.m->graph->initializer[0]->name, "live_init");
+	arena_free(t.a);
+}
+END_TEST
+
+START_TEST(toposort_is_stable)
+{
+	T t;
+	mk(&t);
+	add(&t, "Relu", "p", "x", NULL, "p_out");
+	add(&t, "Add", "sum", "p_out", "late_out", "y"); /* reads a value produced later */
+	add(&t, "Relu", "q", "x", NULL, "q_out");
+	add(&t, "Relu", "late", "q_out", NULL, "late_out");
+	g_reindex(&t.c, &t.e);
+	ck_assert_int_ne(g_check(&t.c, &t.e), 0);
+	ck_assert(strstr(t.e.msg, "before node 'late' produces it"));
+	ck_assert_int_eq(g_toposort(&t.c, t.c.g, &t.e), 0);
+	ck_assert_str_eq(names(&t), "p q late sum");
+	g_reindex(&t.c, &t.e);
+	ck_assert_int_eq(g_check(&t.c, &t.e), 0);
+	/* Already sorted: unchanged. */
+	ck_assert_int_eq(g_toposort(&t.c, t.c.g, &t.e), 0);
+	ck_assert_str_eq(names(&t), "p q late sum");
+	arena_free(t.a);
+}
+END_TEST
+
+START_TEST(cycle_is_reported)
+{
+	T t;
+	mk(&t);
+	add(&t, "Add", "a", "x", "b_out", "a_out");
+	add(&t, "Relu", "b", "a_out", NULL, "b_out");
+	add(&t, "Relu", "c", "b_out", NULL, "y");
+	g_reindex(&t.c, &t.e);
+	ck_assert_int_ne(g_toposort(&t.c, t.c.g, &t.e), 0);
+	ck_assert(strstr(t.e.msg, "cycle"));
+	arena_free(t.a);
+}
+END_TEST
+
+START_TEST(two_producers_and_undefined_inputs)
+{
+	T t;
+	mk(&t);
+	add(&t, "Relu", "a", "x", NULL, "y");
+	add(&t, "Relu", "b", "x", NULL, "y");
+	ck_assert_int_ne(g_reindex(&t.c, &t.e), 0);
+	ck_assert(strstr(t.e.msg, "two producers"));
+	arena_free(t.a);
+
+	mk(&t);
+	add(&t, "Add", "a", "x", "nowhere", "y");
+	g_reindex(&t.c, &t.e);
+	ck_assert_int_ne(g_check(&t.c, &t.e), 0);
+	ck_assert_str_eq(t.e.msg, "node 'a' reads 'nowhere', which nothing defines");
+	arena_free(t.a);
+}
+END_TEST
+
+START_TEST(undeclared_domain)
+{
+	T t;
+	mk(&t);
+	Node *n = add(&t, "Relu", "a", "x", NULL, "y");
+	n->domain = "com.example";
+	g_reindex(&t.c, &t.e);
+	ck_assert_int_ne(g_check(&t.c, &t.e), 0);
+	ck_assert(strstr(t.e.msg, "domain 'com.example'"));
+	arena_free(t.a);
+}
+END_TEST
+
+START_TEST(rank_inference)
+{
+	T t;
+	mk(&t);
+	int64_t ax = 1, shp[3] = { -1, 1, 1 };
+	const char *axes = g_add_init_i64(&t.c, t.c.g, "axes", &ax, 1, 0)->name;
+	const char *shape = g_add_init_i64(&t.c, t.c.g, "shape", shp, 3, 0)->name;
+	add(&t, "Unsqueeze", "u", "x", axes, "u_out");
+	add(&t, "Reshape", "r", "x", shape, "r_out");
+	add(&t, "Shape", "s", "x", NULL, "s_out");
+	add(&t, "Reshape", "r2", "r_out", "s_out", "r2_out");
+	add(&t, "Mul", "m", "u_out", "x", "y");
+	g_reindex(&t.c, &t.e);
+	ck_assert_int_eq(g_rank(t.c.g, "x", 0), 4);
+	ck_assert_int_eq(g_rank(t.c.g, "u_out", 0), 5);
+	ck_assert_int_eq(g_rank(t.c.g, "r_out", 0), 3);
+	ck_assert_int_eq(g_rank(t.c.g, "r2_out", 0), 4); /* Reshape to Shape(x) */
+	ck_assert_int_eq(g_rank(t.c.g, "y", 0), 4);      /* declared output */
+	ck_assert_int_eq(g_rank(t.c.g, "nowhere", 0), -1);
+	arena_free(t.a);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("graph");
+	TCase *tc = tcase_create("graph");
+	tcase_add_test(tc, path_matching);
+	tcase_add_test(tc, fresh_names_are_unique);
+	tcase_add_test(tc, dce_keeps_outputs_and_drops_unread_initializers);
+	tcase_add_test(tc, toposort_is_stable);
+	tcase_add_test(tc, cycle_is_reported);
+	tcase_add_test(tc, two_producers_and_undefined_inputs);
+	tcase_add_test(tc, undeclared_domain);
+	tcase_add_test(tc, rank_inference);
+	suite_add_tcase(s, tc);
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int nf = srunner_ntests_failed(r);
+	srunner_free(r);
+	return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}
