@@ -366,6 +366,10 @@ int main(int argc, char **argv)
 	Arena *sa = arena_new();
 	if (clashes(&g, sa, &e) < 0) {
 		arena_free(sa);
+		if (js) { /* the report stream opened above */
+			fclose(js);
+			free(jbuf);
+		}
 		return die(e.msg);
 	}
 	Spec spec, *sp = NULL;
