@@ -29,10 +29,43 @@ static int is_elementwise(const Node *n)
 	return 0;
 }
 
-static int rank_of(const Graph *g, const char *name, int depth, PMap *memo);
+static int rank_rec(const Graph *g, const char *name, int depth, int *cut);
 
-static int rank_val(const Val *v, const char *name, int depth, PMap *memo)
+/* Ranks are memoised by value name across reindexing (passes keep a
+ * value's rank when they rewrite it): without the memo each layer's query
+ * walks back through every earlier layer's experts, exponentially in the
+ * number of layers. A result cut short by the depth bound is not kept,
+ * nor an unknown rank, which folding an If can make known. */
+int g_rank(const Graph *g, const char *name, int depth)
 {
+	int cut = 0;
+	return rank_rec(g, name, depth, &cut);
+}
+
+static int rank_calc(const Graph *g, const char *name, int depth, int *cut);
+
+static int rank_rec(const Graph *g, const char *name, int depth, int *cut)
+{
+	if (depth > 256) {
+		*cut = 1;
+		return -1;
+	}
+	void *m = g->rank ? map_get(g->rank, name) : NULL;
+	if (m)
+		return (int)(intptr_t)m - 2;
+	int sub = 0, r = rank_calc(g, name, depth, &sub);
+	if (sub)
+		*cut = 1;
+	else if (g->rank && r >= 0) /* unknown may become known when a pass folds an If */
+		map_put(g->rank, name, (void *)(intptr_t)(r + 2));
+	return r;
+}
+
+static int rank_calc(const Graph *g, const char *name, int depth, int *cut)
+{
+	Val *v = g_val(g, name);
+	if (!v)
+		return -1;
 	if (v->init)
 		return (int)v->init->n_dims;
 	if (v->shape)
@@ -53,7 +86,7 @@ static int rank_val(const Val *v, const char *name, int depth, PMap *memo)
 			return (int)t->dims[0];
 		Val *sv = g_val(ng, sh);
 		if (sv && sv->def && g_is(sv->def, "Shape") && !g_attr(sv->def, "start") && !g_attr(sv->def, "end"))
-			return rank_of(ng, sv->def->input[0], depth + 1, memo);
+			return rank_rec(ng, sv->def->input[0], depth + 1, cut);
 		return -1;
 	}
 	if (g_is(n, "Constant")) {
@@ -68,7 +101,7 @@ static int rank_val(const Val *v, const char *name, int depth, PMap *memo)
 			k = (long)a->n_ints;
 		else if (n->n_input > 1)
 			k = g_const_ints(ng, n->input[1], ax, 16);
-		int r = rank_of(ng, n->input[0], depth + 1, memo);
+		int r = rank_rec(ng, n->input[0], depth + 1, cut);
 		if (r < 0 || k < 0)
 			return -1;
 		return g_is(n, "Unsqueeze") ? r + (int)k : r - (int)k;
@@ -82,7 +115,7 @@ static int rank_val(const Val *v, const char *name, int depth, PMap *memo)
 	if (g_is(n, "Gather")) {
 		if (n->n_input < 2)
 			return -1;
-		int r = rank_of(ng, n->input[0], depth + 1, memo), q = rank_of(ng, n->input[1], depth + 1, memo);
+		int r = rank_rec(ng, n->input[0], depth + 1, cut), q = rank_rec(ng, n->input[1], depth + 1, cut);
 		return r < 0 || q < 0 ? -1 : r + q - 1;
 	}
 	if (g_is(n, "Transpose") || g_is(n, "Concat") || g_is(n, "Split") || g_is(n, "TopK") ||
@@ -92,11 +125,12 @@ static int rank_val(const Val *v, const char *name, int depth, PMap *memo)
 	    g_is(n, "GlobalAveragePool") || g_is(n, "Slice") || g_is(n, "Resize") ||
 	    g_is(n, "Pad") || g_is(n, "GatherElements") || g_is(n, "ScatterElements") ||
 	    g_is(n, "ScatterND") || g_is(n, "Where") || g_is(n, "Softmax"))
-		return g_is(n, "Where") && n->n_input < 2 ? -1 : rank_of(ng, n->input[g_is(n, "Where") ? 1 : 0], depth + 1, memo);
+		return n->n_input < (g_is(n, "Where") ? 2u : 1u) ? -1
+								 : rank_rec(ng, n->input[g_is(n, "Where") ? 1 : 0], depth + 1, cut);
 	if (is_elementwise(n) || g_is(n, "Equal")) {
 		int best = -1;
 		for (size_t i = 0; i < n->n_input; i++) {
-			int r = rank_of(ng, n->input[i], depth + 1, memo);
+			int r = rank_rec(ng, n->input[i], depth + 1, cut);
 			if (r < 0)
 				return -1;
 			if (r > best)
@@ -105,30 +139,6 @@ static int rank_val(const Val *v, const char *name, int depth, PMap *memo)
 		return best;
 	}
 	return -1;
-}
-
-/* Memoized per value: a value read twice (x * sigmoid(x), every SiLU) would
- * otherwise be walked twice per level, 2^depth visits on a deep network. */
-static int rank_of(const Graph *g, const char *name, int depth, PMap *memo)
-{
-	if (depth > 256)
-		return -1;
-	Val *v = g_val(g, name);
-	if (!v)
-		return -1;
-	uintptr_t k = (uintptr_t)pmap_get(memo, v);
-	if (k)
-		return (int)k - 2;
-	int r = rank_val(v, name, depth, memo);
-	pmap_put(memo, v, (void *)(uintptr_t)(r + 2));
-	return r;
-}
-
-int g_rank(const Graph *g, const char *name, int depth)
-{
-	PMap memo;
-	pmap_init(&memo, g->val.a, 64);
-	return rank_of(g, name, depth, &memo);
 }
 
 /* ---- expert collection ---- */
@@ -173,11 +183,13 @@ static int in_set(const PMap *set, const Node *n)
 
 /* Finds expert `id`'s nodes, its one input and its one output. Returns 0
  * when the expert is absent, 1 when found, -1 on error. */
-static int find_expert(Ctx *c, Layer *L, int id, Expert *x, Err *e)
+static int find_expert(Ctx *c, Layer *L, int id, const NodeVec *scoped, Expert *x, Err *e)
 {
 	const char *mod = expert_path(c, L->spec, id);
 	NodeVec nv = { .a = c->a };
-	collect_named(c->g, mod, &nv);
+	for (size_t i = 0; i < scoped->n; i++)
+		if (path_match(scoped->v[i]->name, mod))
+			nv_push(&nv, scoped->v[i]);
 	if (!nv.n)
 		return 0;
 	Graph *g = g_graph_of(c, nv.v[0]);
@@ -309,6 +321,33 @@ static void ancestors(const Graph *g, const char *name, Map *out, int depth)
 				ancestors(v->g, v->g->sub[k]->outer[i], out, depth + 1);
 }
 
+/* Values of the main graph computed from L->indices, by one forward sweep
+ * over the layer's span: the per-value backward walk (ancestors) goes
+ * through every earlier layer, once per node asked about. */
+static Map *index_descendants(Ctx *c, const Layer *L)
+{
+	Map *d = arena_alloc(c->ia, sizeof *d);
+	map_init(d, c->ia, 64);
+	map_put(d, L->indices, (void *)1);
+	Onnx__GraphProto *gp = c->g->gp;
+	size_t from = L->topk && g_graph_of(c, L->topk) == c->g ? g_pos(c, L->topk) : 0;
+	for (size_t i = from; i < L->end && i < gp->n_node; i++) {
+		Node *n = gp->node[i];
+		int hit = 0;
+		for (size_t j = 0; j < n->n_input && !hit; j++)
+			hit = map_get(d, n->input[j]) != NULL;
+		for (size_t k = 0; k < c->g->nsub && !hit && n->n_attribute; k++)
+			if (c->g->sub[k]->owner == n)
+				for (size_t j = 0; j < c->g->sub[k]->nouter && !hit; j++)
+					hit = map_get(d, c->g->sub[k]->outer[j]) != NULL;
+		if (hit)
+			for (size_t j = 0; j < n->n_output; j++)
+				if (*n->output[j])
+					map_put(d, n->output[j], (void *)1);
+	}
+	return d;
+}
+
 static int derives_from(Ctx *c, const Graph *g, const char *name, const char *root)
 {
 	Map anc;
@@ -320,7 +359,7 @@ static int derives_from(Ctx *c, const Graph *g, const char *name, const char *ro
 /* The [B,k] weights the dispatch multiplies expert outputs by: the latest
  * value reached from the TopK values (or a gather of the probabilities by
  * the TopK indices) through elementwise ops, which the dispatch reads. */
-static const char *find_weights(Ctx *c, Layer *L, const Graph *g, const char *wop)
+static const char *find_weights(Ctx *c, Layer *L, const Graph *g, const char *wop, Map *desc)
 {
 	Map anc;
 	map_init(&anc, c->a, 128);
@@ -340,7 +379,10 @@ static const char *find_weights(Ctx *c, Layer *L, const Graph *g, const char *wo
 	for (size_t s = 0; s < ns; s++)
 		map_put(&closure, seed[s], (void *)1);
 	Onnx__GraphProto *gp = c->g->gp;
-	for (size_t i = 0; i < gp->n_node; i++) {
+	/* Nothing before the TopK derives from it: each layer's sweep starts
+	 * there, not at the top of the model. */
+	size_t from = g_graph_of(c, L->topk) == c->g ? g_pos(c, L->topk) : 0;
+	for (size_t i = from; i < L->end; i++) {
 		Node *n = gp->node[i];
 		int inc = 0, bad = 0;
 		for (size_t j = 0; j < n->n_input; j++) {
@@ -349,7 +391,7 @@ static const char *find_weights(Ctx *c, Layer *L, const Graph *g, const char *wo
 		}
 		if (inc && is_elementwise(n)) {
 			for (size_t j = 0; j < n->n_input; j++)
-				if (!map_get(&closure, n->input[j]) && derives_from(c, c->g, n->input[j], L->indices))
+				if (!map_get(&closure, n->input[j]) && map_get(desc, n->input[j]))
 					bad = 1;
 			if (!bad)
 				map_put(&closure, n->output[0], (void *)1);
@@ -358,7 +400,7 @@ static const char *find_weights(Ctx *c, Layer *L, const Graph *g, const char *wo
 	for (size_t s = 0; s < ns; s++)
 		if (map_get(&anc, seed[s]) && !best)
 			best = seed[s];
-	for (size_t i = 0; i < gp->n_node; i++) {
+	for (size_t i = from; i < L->end; i++) {
 		Node *n = gp->node[i];
 		if (n->n_output && map_get(&closure, n->output[0]) && map_get(&anc, n->output[0]) &&
 		    g_pos(c, n) + 1 > bestpos) {
@@ -418,7 +460,7 @@ static uint64_t *bits_or(Ctx *c, const Layer *L, uint64_t *a, const uint64_t *b)
 	if (!b)
 		return a;
 	if (!a)
-		a = arena_alloc(c->a, words(L) * 8);
+		a = arena_alloc(c->ia, words(L) * 8);
 	for (size_t i = 0; i < words(L); i++)
 		a[i] |= b[i];
 	return a;
@@ -434,19 +476,31 @@ static int bits_full(const Layer *L, const uint64_t *a)
 
 static int find_combined(Ctx *c, Layer *L, Err *e)
 {
+	/* Per-layer scratch over the whole model: in the index's arena, freed
+	 * at the next reindex. */
 	Map dep; /* value -> bitset over L->ex: which experts' outputs flow into it */
-	map_init(&dep, c->a, 256);
+	map_init(&dep, c->ia, 256);
 	for (size_t k = 0; k < L->nex; k++) {
 		if (L->ex[k].gate)
 			continue;
-		uint64_t *b = arena_alloc(c->a, words(L) * 8);
+		uint64_t *b = arena_alloc(c->ia, words(L) * 8);
 		b[k / 64] |= 1ull << (k % 64);
 		map_put(&dep, L->ex[k].out, b);
 	}
 	PMap acc;
-	pmap_init(&acc, c->a, 64);
+	pmap_init(&acc, c->ia, 64);
 	Onnx__GraphProto *gp = c->g->gp;
-	for (size_t i = 0; i < gp->n_node; i++) {
+	/* Nodes before the layer's first expert (or its gating If) cannot
+	 * depend on the experts: start there. */
+	size_t from = gp->n_node;
+	for (size_t k = 0; k < L->nex; k++) {
+		Node *n = L->ex[k].gate ? L->ex[k].gate : L->ex[k].nnode ? L->ex[k].node[0] : NULL;
+		if (n && g_graph_of(c, n) == c->g && g_pos(c, n) < from)
+			from = g_pos(c, n);
+	}
+	if (from == gp->n_node)
+		from = 0;
+	for (size_t i = from; i < L->end; i++) {
 		Node *n = gp->node[i];
 		if (g_is(n, "Shape") || g_is(n, "Size"))
 			continue; /* metadata, not data */
@@ -474,7 +528,7 @@ static int find_combined(Ctx *c, Layer *L, Err *e)
 	}
 	const char *found = NULL;
 	int nfound = 0;
-	for (size_t i = 0; i < gp->n_node; i++) {
+	for (size_t i = from; i < L->end; i++) {
 		Node *n = gp->node[i];
 		/* Later layers' sums carry this layer's experts too: stay in scope. */
 		if (!pmap_get(&acc, n) || !bits_full(L, map_get(&dep, n->output[0])) ||
@@ -505,7 +559,11 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 	memset(L, 0, sizeof *L);
 	L->spec = s;
 	L->scope = s->scope;
-	if (g_count(c, NULL, s->scope) == 0 && !s->router_indices)
+	/* An expert's path extends the scope, so its nodes lie among the
+	 * scope's: one pass over the model, not one per expert. */
+	NodeVec scoped = { .a = c->a };
+	collect_named(c->g, s->scope, &scoped);
+	if (scoped.n == 0 && !s->router_indices)
 		return errf(e, "layer %s: no node name lies under this scope; check `scope:` (names look like '%s')",
 			    s->scope, c->g->gp->n_node ? c->g->gp->node[0]->name : "");
 
@@ -546,9 +604,15 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 	}
 
 	/* Experts. */
+	L->nodes = (int)scoped.n;
+	for (size_t i = 0; i < scoped.n; i++) {
+		L->convs += g_is(scoped.v[i], "Conv");
+		if (g_graph_of(c, scoped.v[i]) == c->g && g_pos(c, scoped.v[i]) + 1 > L->end)
+			L->end = g_pos(c, scoped.v[i]) + 1;
+	}
 	L->ex = arena_alloc(c->a, (size_t)s->experts * sizeof *L->ex);
 	for (int i = 0; i < s->experts; i++) {
-		int r = find_expert(c, L, i, &L->ex[L->nex], e);
+		int r = find_expert(c, L, i, &scoped, &L->ex[L->nex], e);
 		if (r < 0)
 			return -1;
 		if (r)
@@ -578,13 +642,15 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 			L->nif++;
 	}
 
+	Map *desc = index_descendants(c, L);
 	/* What the experts read. */
 	for (size_t k = 0; k < L->nex; k++) {
 		Expert *x = &L->ex[k];
 		const char *full = x->in;
 		Val *v = g_val(x->g, x->in);
 		if (v && v->def && g_is(v->def, "Gather") && g_attr_i(v->def, "axis", 0) == 0 &&
-		    derives_from(c, x->g, v->def->input[1], L->indices)) {
+		    (x->g == c->g ? map_get(desc, v->def->input[1]) != NULL
+				  : derives_from(c, x->g, v->def->input[1], L->indices))) {
 			full = v->def->input[0];
 			L->sparse = 1;
 		}
@@ -616,7 +682,7 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 		if (!wop || !L->topk)
 			return errf(e, "layer %s: cannot find where expert %d's output is weighted; set router.weights in experts.yaml",
 				    s->scope, L->ex[0].id);
-		L->weights = find_weights(c, L, L->ex[0].g, wop);
+		L->weights = find_weights(c, L, L->ex[0].g, wop, desc);
 		if (!L->weights)
 			return errf(e, "layer %s: cannot trace the weights multiplying expert %d's output back to the router; set router.weights",
 				    s->scope, L->ex[0].id);

@@ -36,6 +36,9 @@ typedef struct {
 	int nif;              /* If nodes gating experts */
 	int sparse;           /* NonZero-style row dispatch found */
 	int dense;            /* already dense (GatherElements on all experts): nothing to do */
+	int nodes, convs;     /* nodes (and Conv nodes) named in scope, subgraphs included */
+	size_t end;           /* one past the last main-graph node named in scope: the
+	                       * data-flow sweeps stop there, not at the model's end */
 } Layer;
 
 /* A way to rebuild one template tensor for any expert from the checkpoint. */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "moe.h"
 
@@ -27,28 +28,64 @@ static const char *key_prefix(Ctx *c, const Layer *L, int id)
 	return arena_printf(c->a, "%s%s.", pre, expert_path(c, L->spec, id));
 }
 
-/* A model tensor as f32 (arena), or NULL when it is not a float tensor. */
-static float *tensor_f32(Ctx *c, const Tensor *t, int64_t *n)
+/* Aligned f32 bytes are used in place: the arena never frees, and a
+ * copy of every tensor read would double the memory of a large repair. */
+static const float *as_f32(const void *p, int dtype)
+{
+	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && !((uintptr_t)p % _Alignof(float)) ? p : NULL;
+}
+
+/* A model tensor as f32 (in place, or converted into the arena), or NULL
+ * when it is not a float tensor. External data is read from its file. */
+static const float *tensor_f32(Ctx *c, const Tensor *t, int64_t *n)
 {
 	size_t nb;
-	const void *p = g_tensor_data(t, &nb);
+	Err e;
+	const void *p = g_tensor_bytes(c, t, &nb, &e);
 	*n = g_tensor_numel(t);
 	if (!p || *n < 0 || !is_float(t->data_type))
 		return NULL;
 	WTensor w = { .name = t->name, .dtype = t->data_type, .data = p, .nbytes = nb, .ndim = 1, .dims = { *n } };
 	if (nb != (size_t)*n * wt_dtype_size(t->data_type))
 		return NULL;
+	if (as_f32(p, t->data_type))
+		return p;
 	float *f = arena_alloc_raw(c->a, (size_t)*n * sizeof *f + 1);
-	Err e;
 	return wt_to_f32(&w, f, &e) ? NULL : f;
 }
 
 typedef struct {
 	Ctx *c;
 	WSrc *w;
-	Map cache; /* key -> f32 copy */
-	int lowp;  /* a half-precision checkpoint tensor was read: compare at its precision */
+	Map cache;  /* key -> f32 copy, for keys not f32 in place */
+	float *tmp; /* scratch for rebuilds that are compared, then dropped */
+	size_t ntmp;
+	int lowp;   /* a half-precision checkpoint tensor was read: compare at its precision */
 } Src;
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+/* Maps a large checkpoint tensor's pages in one call (where the kernel
+ * can, 5.14+): faulting a gigabyte in 4 KiB steps shows in the profile.
+ * A hint: failure just leaves the faults to happen. */
+static void prefault(const void *p, size_t n)
+{
+	if (n < (256 << 10))
+		return;
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, b = (uintptr_t)p + n;
+	madvise((void *)a, b - a, MADV_POPULATE_READ);
+}
+
+static float *scratch(Src *s, int64_t n)
+{
+	if ((size_t)n > s->ntmp) {
+		s->ntmp = (size_t)n;
+		s->tmp = arena_alloc_raw(s->c->a, s->ntmp * sizeof *s->tmp + 1);
+	}
+	return s->tmp;
+}
 
 /* Relative 1e-5 for fp32, 1e-3 when either side is half precision. */
 static double tolerance(const Src *s, int dtype)
@@ -63,6 +100,11 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 	if (!t)
 		return NULL;
 	*n = wt_numel(t);
+	const float *d = as_f32(t->data, t->dtype);
+	if (d && *n >= 0 && t->nbytes == (size_t)*n * sizeof *d) {
+		prefault(d, t->nbytes);
+		return d;
+	}
 	float *f = map_get(&s->cache, key);
 	if (f)
 		return f;
@@ -78,17 +120,21 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 	return f;
 }
 
+/* In float, branch-free: these loops touch every weight of the model
+ * (verification of present experts), so they should vectorise. */
 static double reldiff(const float *a, const float *b, int64_t n)
 {
-	double d = 0, m = 0;
+	float d = 0, m = 0;
+	int nan = 0;
 	for (int64_t i = 0; i < n; i++) {
-		double x = fabs((double)a[i] - b[i]);
-		if (x > d || isnan(x))
-			d = isnan(x) ? INFINITY : x;
-		if (fabs(b[i]) > m)
-			m = fabs(b[i]);
+		float x = fabsf(a[i] - b[i]), y = fabsf(b[i]);
+		nan |= x != x;
+		d = x > d ? x : d;
+		m = y > m ? y : m;
 	}
-	return d / (m > 1e-12 ? m : 1e-12);
+	if (nan)
+		return INFINITY;
+	return d / (m > 1e-12f ? (double)m : 1e-12);
 }
 
 /* BatchNorm statistics of module `pre bn` ("model.0.experts.1." "conv.1"). */
@@ -111,8 +157,10 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 	return 0;
 }
 
-/* Rebuilds a recipe's tensor for the expert whose keys start with pre. */
-static float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t want, Err *e)
+/* Rebuilds a recipe's tensor for the expert whose keys start with pre:
+ * folds are written to out (want floats), a tensor taken as it is comes
+ * back in place. */
+static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t want, float *out, Err *e)
 {
 	Arena *a = s->c->a;
 	int64_t n = 0;
@@ -128,14 +176,13 @@ static float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t want, Er
 			     (long long)n, (long long)want);
 			return NULL;
 		}
-		return (float *)f;
+		return f;
 	}
 	BN bn;
 	if (get_bn(s, pre, r->bn, &bn)) {
 		errf(e, "no BatchNorm statistics '%s%s.running_var/running_mean' in %s", pre, r->bn, s->w->path);
 		return NULL;
 	}
-	float *out = arena_alloc_raw(a, (size_t)want * sizeof *out + 1);
 	if (r->kind == R_FOLD_W) {
 		const char *k = arena_printf(a, "%s%s", pre, r->rest);
 		const float *w = key_f32(s, k, &n);
@@ -145,9 +192,12 @@ static float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t want, Er
 		}
 		int64_t per = want / bn.n;
 		for (int64_t o = 0; o < bn.n; o++) {
-			double sc = (bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps);
+			/* f32 like the exporter's own fold. */
+			float sc = (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps));
+			const float *wo = w + o * per;
+			float *oo = out + o * per;
 			for (int64_t i = 0; i < per; i++)
-				out[o * per + i] = (float)(w[o * per + i] * sc);
+				oo[i] = wo[i] * sc;
 		}
 		return out;
 	}
@@ -171,6 +221,60 @@ static float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t want, Er
 		out[o] = (float)((bn.b ? bn.b[o] : 0.0) + ((b ? b[o] : 0.0) - bn.mu[o]) * sc);
 	}
 	return out;
+}
+
+/* The other present experts are checked on a strided sample of each
+ * tensor (the template is compared whole): a wrong checkpoint, eps or set
+ * of statistics shows in every sample, while reading every present expert
+ * whole would make the repair's cost grow with the weights it leaves
+ * untouched (gigabytes of external data). */
+enum { SAMPLES = 256 };
+
+static int sample_diff(Src *s, const Recipe *r, const char *pre, int64_t n, const float *f, double *d, Err *e)
+{
+	if (r->kind == R_FOLD_B) { /* one value per channel: small */
+		const float *x = rebuild(s, r, pre, n, scratch(s, n), e);
+		if (!x)
+			return -1;
+		*d = reldiff(x, f, n);
+		return 0;
+	}
+	int64_t kn = 0;
+	const char *k = arena_printf(s->c->a, "%s%s", pre, r->rest);
+	const float *src = key_f32(s, k, &kn);
+	if (!src || kn != n)
+		return errf(e, "no tensor '%s' of %lld elements in %s", k, (long long)n, s->w->path);
+	BN bn = { 0 };
+	if (r->kind == R_FOLD_W && (get_bn(s, pre, r->bn, &bn) || bn.n <= 0 || n % bn.n))
+		return errf(e, "no BatchNorm statistics '%s%s' for %lld weights in %s", pre, r->bn, (long long)n,
+			    s->w->path);
+	int64_t step = n > SAMPLES ? n / SAMPLES : 1, per = r->kind == R_FOLD_W ? n / bn.n : 1;
+	float *x = scratch(s, 2 * (SAMPLES + 2)), *y = x + SAMPLES + 2;
+	size_t m = 0;
+	for (int64_t i = 0; i < n && m <= SAMPLES; i += step) {
+		float v = src[i];
+		if (r->kind == R_FOLD_W) {
+			int64_t o = i / per;
+			v *= (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps));
+		}
+		x[m] = v;
+		y[m++] = f[i];
+	}
+	*d = reldiff(x, y, (int64_t)m);
+	return 0;
+}
+
+/* A strided sample of a against b within tol (relative to b's sample). */
+static int sample_close(const float *a, const float *b, int64_t n, double tol)
+{
+	float x[SAMPLES + 2], y[SAMPLES + 2];
+	int64_t step = n > SAMPLES ? n / SAMPLES : 1;
+	size_t m = 0;
+	for (int64_t i = 0; i < n && m <= SAMPLES; i += step) {
+		x[m] = a[i];
+		y[m++] = b[i];
+	}
+	return reldiff(x, y, (int64_t)m) <= tol;
 }
 
 static int ends_with(const char *s, const char *suf)
@@ -199,7 +303,8 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 		if (strncmp(k->name, pre, lp) != 0 || wt_numel(k) != n)
 			continue;
 		const float *kf = key_f32(s, k->name, &kn);
-		if (kf && reldiff(kf, f, n) <= tolerance(s, t->data_type)) {
+		if (kf && sample_close(kf, f, n, tolerance(s, t->data_type)) &&
+		    reldiff(kf, f, n) <= tolerance(s, t->data_type)) {
 			r->kind = R_VALUE;
 			r->rest = k->name + lp;
 			return 1;
@@ -224,7 +329,12 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 					continue;
 				for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
 					*r = (Recipe){ .tname = t->name, .kind = R_FOLD_W, .rest = cw->name + lp, .bn = bn, .eps = EPS[q] };
-					const float *x = rebuild(s, r, pre, n, &e);
+					/* A sample first: most candidates (other convs,
+					 * other eps) fail on it without a full rebuild. */
+					double sd;
+					if (sample_diff(s, r, pre, n, f, &sd, &e) < 0 || sd > tolerance(s, t->data_type))
+						continue;
+					const float *x = rebuild(s, r, pre, n, scratch(s, n), &e);
 					if (x && reldiff(x, f, n) <= tolerance(s, t->data_type))
 						return 1;
 				}
@@ -244,7 +354,12 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 				}
 				for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
 					*r = (Recipe){ .tname = t->name, .kind = R_FOLD_B, .bn = bn, .bias = bias, .eps = EPS[q] };
-					const float *x = rebuild(s, r, pre, n, &e);
+					/* A sample first: most candidates (other convs,
+					 * other eps) fail on it without a full rebuild. */
+					double sd;
+					if (sample_diff(s, r, pre, n, f, &sd, &e) < 0 || sd > tolerance(s, t->data_type))
+						continue;
+					const float *x = rebuild(s, r, pre, n, scratch(s, n), &e);
 					if (x && reldiff(x, f, n) <= tolerance(s, t->data_type))
 						return 1;
 				}
@@ -307,7 +422,7 @@ static int same_shape(const Ctx *c, const Expert *a, const Expert *b)
 
 int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err *e)
 {
-	Src s = { c, w, { 0 }, 0 };
+	Src s = { .c = c, .w = w };
 	map_init(&s.cache, c->a, 64);
 	size_t ns;
 	Slot *sl = const_slots(c, tpl, &ns);
@@ -319,7 +434,7 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 		const Tensor *t = g_const(tpl->g, sl[i].name);
 		Recipe *r = &m->r[m->n++];
 		int64_t n;
-		float *f = tensor_f32(c, t, &n);
+		const float *f = tensor_f32(c, t, &n);
 		if (f && find_recipe(&s, t, f, n, pre, r)) {
 			r->node = sl[i].node;
 			r->input = sl[i].input;
@@ -335,7 +450,7 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 				continue;
 			const Tensor *u = g_const(q->g, q->node[sl[i].node]->input[sl[i].input]);
 			size_t na, nb;
-			const void *pa = g_tensor_data(t, &na), *pb = u ? g_tensor_data(u, &nb) : NULL;
+			const void *pa = g_tensor_bytes(c, t, &na, e), *pb = u ? g_tensor_bytes(c, u, &nb, e) : NULL;
 			agree = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
 		}
 		if (!agree)
@@ -352,19 +467,26 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 		const char *qpre = key_prefix(c, L, q->id);
 		for (size_t i = 0; i < m->n; i++) {
 			const Recipe *r = &m->r[i];
-			if (r->kind == R_SHARED)
+			/* The template's value and fold recipes were found by a whole
+			 * comparison already; a name match was not compared. */
+			if (r->kind == R_SHARED || (q == tpl && r->kind != R_NAME))
 				continue;
 			const char *qn = q->node[sl[i].node]->input[sl[i].input];
 			const Tensor *u = g_const(q->g, qn);
 			int64_t n;
-			float *f = u ? tensor_f32(c, u, &n) : NULL;
+			const float *f = u ? tensor_f32(c, u, &n) : NULL;
 			if (!f)
 				return errf(e, "layer %s: expert %d's tensor '%s' is not a float constant like expert %d's '%s'",
 					    L->scope, q->id, qn, tpl->id, r->tname);
-			float *x = rebuild(&s, r, qpre, n, e);
-			if (!x)
+			double d = 0;
+			if (q == tpl) {
+				const float *x = rebuild(&s, r, qpre, n, scratch(&s, n), e);
+				if (!x)
+					return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, q->id, qn);
+				d = reldiff(x, f, n);
+			} else if (sample_diff(&s, r, qpre, n, f, &d, e) < 0) {
 				return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, q->id, qn);
-			double d = reldiff(x, f, n);
+			}
 			if (d > m->maxdiff)
 				m->maxdiff = d;
 			if (d > tolerance(&s, u->data_type))
@@ -416,13 +538,17 @@ static int fits_template(Ctx *c, const Layer *L, const Recipe *r, const char *pr
 int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w,
 	      void **data, size_t *nbytes, Err *e)
 {
-	Src s = { c, w, { 0 }, 0 };
+	Src s = { .c = c, .w = w };
 	map_init(&s.cache, c->a, 8);
 	int64_t n = g_tensor_numel(t);
 	const char *pre = key_prefix(c, L, id);
 	if (fits_template(c, L, r, pre, w, e))
 		return errwrap(e, "layer %s: expert %d", L->scope, id);
-	float *f = rebuild(&s, r, pre, n, e);
+	size_t es = wt_dtype_size(t->data_type);
+	unsigned char *out = arena_alloc_raw(c->a, (size_t)n * es + 1);
+	/* f32 models: folds go straight into the new tensor. */
+	int direct = t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+	const float *f = rebuild(&s, r, pre, n, direct ? (float *)out : scratch(&s, n), e);
 	if (!f) {
 		errwrap(e, "layer %s: expert %d", L->scope, id);
 		/* Say what is there: the usual cause is a wrong prefix or pattern. */
@@ -430,8 +556,13 @@ int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, 
 		snprintf(e->msg + len, sizeof e->msg - len, " (keys under '%s': %s)", pre, keys_under(c, w, pre));
 		return -1;
 	}
-	size_t es = wt_dtype_size(t->data_type);
-	unsigned char *out = arena_alloc_raw(c->a, (size_t)n * es + 1);
+	if (direct) {
+		if (f != (const float *)out)
+			memcpy(out, f, (size_t)n * es);
+		*data = out;
+		*nbytes = (size_t)n * es;
+		return 0;
+	}
 	for (int64_t i = 0; i < n; i++) {
 		switch (t->data_type) {
 		case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:

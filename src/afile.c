@@ -137,12 +137,27 @@ int afile_open(AFile *f, const char *path, int flags, Err *e)
 	return 0;
 }
 
+/* Starts write-back of what has been written so far, every WB_STEP bytes:
+ * the disk then works while we write the rest, and the fsync at commit
+ * waits for a tail instead of the whole file. */
+enum { WB_STEP = 32 << 20 };
+
+static void writeback(AFile *f)
+{
+	if (f->fd == STDOUT_FILENO || f->written - f->wbdone < WB_STEP)
+		return;
+	unsigned long long upto = f->written - f->nbuf;
+	sync_file_range(f->fd, (off_t)f->wbdone, (off_t)(upto - f->wbdone), SYNC_FILE_RANGE_WRITE);
+	f->wbdone = upto;
+}
+
 static void flush(AFile *f)
 {
 	if (f->err || !f->nbuf)
 		return;
 	f->err = write_all(f->fd, f->buf, f->nbuf);
 	f->nbuf = 0;
+	writeback(f);
 }
 
 void afile_write(AFile *f, const void *p, size_t n)
@@ -157,6 +172,7 @@ void afile_write(AFile *f, const void *p, size_t n)
 		if (n >= AFILE_BUF) {
 			/* A large tensor goes straight from the arena to the file. */
 			f->err = write_all(f->fd, p, n);
+			writeback(f);
 			return;
 		}
 	}

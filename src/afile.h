@@ -22,6 +22,7 @@ typedef struct {
 	size_t nbuf;
 	int err;           /* first errno of a failed write; sticky */
 	unsigned long long written;
+	unsigned long long wbdone; /* bytes handed to write-back (sync_file_range) */
 } AFile;
 
 enum {

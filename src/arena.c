@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Blocks are chained; big requests get a block of their own so a 1 GB
  * initializer does not waste a tail of the current block. */
@@ -24,7 +25,18 @@ struct Arena {
 
 static Block *block_new(size_t cap)
 {
-	Block *b = malloc(sizeof *b + cap);
+	/* Big blocks (new weights) in transparent huge pages where the kernel
+	 * offers them: one fault per 2 MiB instead of 512 shows in a 1 GB repair. */
+	enum { HUGE = 2 << 20 };
+	Block *b = NULL;
+	if (cap >= 2 * HUGE) {
+		if (posix_memalign((void **)&b, HUGE, sizeof *b + cap))
+			b = NULL;
+		else
+			madvise(b, sizeof *b + cap, MADV_HUGEPAGE);
+	} else {
+		b = malloc(sizeof *b + cap);
+	}
 	if (!b) {
 		fprintf(stderr, "onnx-moe-repair: out of memory (%zu bytes)\n", cap);
 		abort();

@@ -8,13 +8,14 @@ static int index_graph(Ctx *c, Graph *g, Err *e);
 
 static Graph *graph_new(Ctx *c, Onnx__GraphProto *gp, Graph *parent, Node *owner)
 {
-	Graph *g = arena_alloc(c->a, sizeof *g);
+	Graph *g = arena_alloc(c->ia, sizeof *g);
 	g->gp = gp;
 	g->parent = parent;
 	g->owner = owner;
 	g->capnode = gp->n_node;
 	g->capinit = gp->n_initializer;
-	map_init(&g->val, c->a, gp->n_node * 2 + gp->n_initializer + gp->n_input);
+	g->rank = &c->rank;
+	map_init(&g->val, c->ia, gp->n_node * 2 + gp->n_initializer + gp->n_input);
 	return g;
 }
 
@@ -23,7 +24,7 @@ static Val *def_val(Ctx *c, Graph *g, const char *name, Err *e)
 	Val *v = map_get(&g->val, name);
 	if (v)
 		return v;
-	v = arena_alloc(c->a, sizeof *v);
+	v = arena_alloc(c->ia, sizeof *v);
 	v->name = name;
 	v->g = g;
 	map_put(&g->val, name, v);
@@ -45,7 +46,7 @@ static void add_use(Ctx *c, Val *v, Node *n, Graph *g)
 {
 	if (v->nuse == v->capuse) {
 		size_t cap = v->capuse ? v->capuse * 2 : 4;
-		v->use = arena_grow(c->a, v->use, v->nuse * sizeof *v->use, cap * sizeof *v->use);
+		v->use = arena_grow(c->ia, v->use, v->nuse * sizeof *v->use, cap * sizeof *v->use);
 		v->capuse = cap;
 	}
 	v->use[v->nuse++] = (Use){ n, g };
@@ -57,7 +58,7 @@ static void add_outer(Ctx *c, Graph *g, const char *name)
 	for (size_t i = 0; i < g->nouter; i++)
 		if (strcmp(g->outer[i], name) == 0)
 			return;
-	g->outer = arena_grow(c->a, g->outer, g->nouter * sizeof *g->outer,
+	g->outer = arena_grow(c->ia, g->outer, g->nouter * sizeof *g->outer,
 			      (g->nouter + 1) * sizeof *g->outer);
 	g->outer[g->nouter++] = name;
 }
@@ -125,7 +126,7 @@ static int index_graph(Ctx *c, Graph *g, Err *e)
 				body[nb++] = at->graphs[k];
 			for (size_t k = 0; k < nb; k++) {
 				Graph *s = graph_new(c, body[k], g, n);
-				g->sub = arena_grow(c->a, g->sub, g->nsub * sizeof *g->sub,
+				g->sub = arena_grow(c->ia, g->sub, g->nsub * sizeof *g->sub,
 						    (g->nsub + 1) * sizeof *g->sub);
 				g->sub[g->nsub++] = s;
 				if (index_graph(c, s, e))
@@ -169,15 +170,26 @@ static int index_graph(Ctx *c, Graph *g, Err *e)
 int g_reindex(Ctx *c, Err *e)
 {
 	Onnx__GraphProto *gp = c->m->graph;
-	map_init(&c->names, c->a, gp->n_node * 3 + gp->n_initializer);
-	pmap_init(&c->nodeg, c->a, gp->n_node);
-	pmap_init(&c->nodeidx, c->a, gp->n_node);
 	size_t capnode = c->g ? c->g->capnode : gp->n_node;
 	size_t capinit = c->g ? c->g->capinit : gp->n_initializer;
+	/* The old index goes at once: reindexing after each layer would
+	 * otherwise keep one dead index per layer, quadratic memory. */
+	arena_free(c->ia);
+	c->ia = arena_new();
+	map_init(&c->names, c->ia, gp->n_node * 3 + gp->n_initializer);
+	pmap_init(&c->nodeg, c->ia, gp->n_node);
+	pmap_init(&c->nodeidx, c->ia, gp->n_node);
 	c->g = graph_new(c, gp, NULL, NULL);
 	c->g->capnode = capnode;
 	c->g->capinit = capinit;
 	return index_graph(c, c->g, e);
+}
+
+void g_fini(Ctx *c)
+{
+	arena_free(c->ia);
+	c->ia = NULL;
+	c->g = NULL;
 }
 
 int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
@@ -186,6 +198,7 @@ int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
 	c->a = a;
 	c->m = m;
 	c->opset = 1;
+	map_init(&c->rank, a, 64);
 	if (!m->graph)
 		return errf(e, "the model has no graph");
 	for (size_t i = 0; i < m->n_opset_import; i++) {
@@ -280,6 +293,18 @@ const void *g_tensor_data(const Tensor *t, size_t *nbytes)
 	return NULL;
 }
 
+const void *g_tensor_bytes(Ctx *c, const Tensor *t, size_t *nbytes, Err *e)
+{
+	const void *p = g_tensor_data(t, nbytes);
+	if (p || !(t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
+		return p;
+	if (!c->ext) {
+		errf(e, "tensor '%s' is in external data, which this run cannot read", t->name ? t->name : "");
+		return NULL;
+	}
+	return c->ext(c->ext_ud, t, &p, nbytes, e) < 0 ? NULL : p;
+}
+
 long g_const_ints(const Graph *g, const char *name, int64_t *out, size_t max)
 {
 	const Tensor *t = g_const(g, name);
@@ -308,9 +333,17 @@ long g_const_ints(const Graph *g, const char *name, int64_t *out, size_t max)
 static int bytes_zero(const void *p, size_t n)
 {
 	const unsigned char *b = p;
-	for (size_t i = 0; i < n; i++)
+	size_t i = 0;
+	/* Word at a time: detection asks this of every zeros tensor per node. */
+	for (; i + 4 <= n; i += 4) {
+		uint32_t w;
+		memcpy(&w, b + i, 4);
 		/* -0.0 is zero too: mask the sign bit of each float's top byte. */
-		if (b[i] && !((i % 4) == 3 && b[i] == 0x80))
+		if (w & 0x7fffffffu)
+			return 0;
+	}
+	for (; i < n; i++)
+		if (b[i])
 			return 0;
 	return 1;
 }
@@ -866,7 +899,17 @@ static size_t tokenize(const char *s, Tok *t, size_t max)
 int path_match(const char *nodename, const char *modpath)
 {
 	Tok a[128], b[64];
-	size_t na = tokenize(nodename, a, 128), nb = tokenize(modpath, b, 64);
+	size_t nb = tokenize(modpath, b, 64);
+	/* Each token must occur in the name: memmem rejects most nodes (other
+	 * layers, other experts) without tokenizing them, and the passes ask
+	 * this of every node per layer. */
+	if (!nb || !strstr(nodename, b[nb - 1].p)) /* the last token ends modpath: NUL-terminated */
+		return 0;
+	size_t len = strlen(nodename);
+	for (size_t i = 0; i + 1 < nb; i++)
+		if (!memmem(nodename, len, b[i].p, b[i].n))
+			return 0;
+	size_t na = tokenize(nodename, a, 128);
 	if (!nb || nb > na)
 		return 0;
 	for (size_t i = 0; i + nb <= na; i++) {

@@ -46,6 +46,7 @@ struct Graph {
 	Graph **sub;
 	size_t nsub;
 	size_t capnode, capinit; /* capacities of gp->node / gp->initializer when grown by us */
+	Map *rank;        /* g_rank's memo (value name -> rank + 2), the Ctx's, kept across reindexing */
 };
 
 typedef struct {
@@ -57,11 +58,18 @@ typedef struct {
 	PMap nodeg;      /* Node* -> Graph* */
 	PMap nodeidx;    /* Node* -> position + 1 in its graph, for stable orders */
 	Map fresh;       /* base name -> last suffix handed out */
+	Arena *ia;       /* the index (Graph, Val, maps), replaced by each g_reindex */
+	Map rank;        /* see Graph.rank */
+	/* Reads a tensor kept in external data (the model's mapping of its
+	 * file); set after g_init by whoever loaded the model, NULL: unreadable. */
+	int (*ext)(void *ud, const Tensor *t, const void **p, size_t *n, Err *e);
+	void *ext_ud;
 } Ctx;
 
 /* Builds the index; errors on values produced twice in one scope. */
 int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e);
-int g_reindex(Ctx *c, Err *e);
+int g_reindex(Ctx *c, Err *e); /* invalidates every Graph, Val and Use */
+void g_fini(Ctx *c);              /* frees the index; the model stays */
 
 /* Value lookup in g, then its enclosing graphs. */
 Val *g_val(const Graph *g, const char *name);
@@ -85,6 +93,9 @@ int g_is_zero(const Graph *g, const char *name);
  * field); NULL for external data. */
 const void *g_tensor_data(const Tensor *t, size_t *nbytes);
 int64_t g_tensor_numel(const Tensor *t);
+/* g_tensor_data, and external data through c->ext. NULL (e filled for
+ * external data) when unreadable. */
+const void *g_tensor_bytes(Ctx *c, const Tensor *t, size_t *nbytes, Err *e);
 
 /* Mutation API. Names handed in are copied into the arena. */
 const char *g_fresh(Ctx *c, const char *base); /* unique among values and nodes */

@@ -24,7 +24,8 @@
 static const char usage[] =
 	"usage: onnx-moe-repair IN.onnx [IN2.onnx ...] [--experts experts.yaml]\n"
 	"                       [-o OUT.onnx | -o DIR | -o -] [--check] [--report FILE.json]\n"
-	"                       [--no-check] [--in-place] [-q] [-v] [--help] [--version]\n"
+	"                       [--external-data FILE] [--no-check] [--in-place]\n"
+	"                       [-q] [-v] [--help] [--version]\n"
 	"\n"
 	"Repairs Mixture-of-Experts ONNX models broken by torch.onnx.export tracing:\n"
 	"re-inserts the experts the dummy input did not route to and replaces the\n"
@@ -37,6 +38,11 @@ static const char usage[] =
 	"  -o -              write the model to standard output\n"
 	"  --check           write nothing; exit 1 when something needs repair\n"
 	"  --report FILE     what was found and done, as JSON\n"
+	"  --external-data FILE  write the initializers' inline data (>= 1 KiB: the\n"
+	"                    new experts' weights) to FILE, named relative to the\n"
+	"                    output's folder, at 4 KiB-aligned offsets; external data\n"
+	"                    of the input stays where it is, referenced. Automatic\n"
+	"                    (OUT.onnx.data) when the output would pass 2 GiB\n"
 	"  --no-check        skip the structural check of the output\n"
 	"  --in-place        replace the input (refused otherwise)\n"
 	"  --passthrough     load and write back without any pass (I/O test aid)\n"
@@ -49,7 +55,7 @@ static const char usage[] =
 	"1 (--check, diagnosis only) something needs repair, 2 error.\n";
 
 typedef struct {
-	const char *experts, *out, *report;
+	const char *experts, *out, *report, *extdata;
 	int check, no_check, in_place, quiet, verbose, passthrough;
 	char **in;
 	int nin;
@@ -100,7 +106,7 @@ static char *out_path(Arena *a, const Args *g, const char *in)
 
 static int parse(Args *g, int argc, char **argv, Err *e)
 {
-	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS };
+	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA };
 	static const struct option opts[] = {
 		{ "experts", required_argument, NULL, O_EXPERTS },
 		{ "output", required_argument, NULL, 'o' },
@@ -109,6 +115,7 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		{ "no-check", no_argument, NULL, O_NOCHECK },
 		{ "in-place", no_argument, NULL, O_INPLACE },
 		{ "passthrough", no_argument, NULL, O_PASS },
+		{ "external-data", required_argument, NULL, O_EXTDATA },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -125,6 +132,7 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		case O_NOCHECK: g->no_check = 1; break;
 		case O_INPLACE: g->in_place = 1; break;
 		case O_PASS: g->passthrough = 1; break;
+		case O_EXTDATA: g->extdata = optarg; break;
 		case 'q': g->quiet = 1; break;
 		case 'v': g->verbose = 1; break;
 		case 'h': fputs(usage, stdout); exit(0);
@@ -150,6 +158,23 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		return errf(e, "%s needs --experts: without it only a diagnosis runs, which writes nothing", g->out ? "-o" : "--in-place");
 	if (g->in_place && g->out)
 		return errf(e, "--in-place and -o exclude each other");
+	if (g->extdata && !writes)
+		return errf(e, "--external-data needs --experts (or --passthrough): nothing is written otherwise");
+	if (g->extdata && g->out && !strcmp(g->out, "-"))
+		return errf(e, "--external-data: the data file is named relative to the model's folder, and -o - has none; write to a file");
+	if (g->extdata) {
+		int up = 0;
+		for (const char *c = g->extdata; *c;) {
+			size_t n = strcspn(c, "/");
+			up |= n == 2 && c[0] == '.' && c[1] == '.';
+			c += n;
+			c += *c != 0;
+		}
+		if (!*g->extdata || g->extdata[0] == '/' || up)
+			return errf(e, "--external-data %s: give a file name relative to the output's folder (no '..', not absolute), as ONNX stores it", g->extdata);
+	}
+	if (g->extdata && g->nin > 1)
+		return errf(e, "--external-data names one file, for one input; repair several models one at a time, or let large outputs get OUT.data automatically");
 	if (g->passthrough && g->experts)
 		return errf(e, "--passthrough runs no pass; drop --experts");
 	if (g->quiet)
@@ -261,6 +286,8 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	const char *out = mode == RUN_REPAIR ? out_path(a, g, in) : NULL;
 	int rc = 0, loaded = 0;
 	double t0 = now(), t1 = t0, t2 = t0, t3 = t0;
+	Progress pg;
+	progress_init(&pg, !g->quiet);
 	const char *what = out ? precious(out, g, spec) : NULL;
 	if (what) {
 		errf(e, "%s: is %s; choose another -o", out, what);
@@ -272,9 +299,11 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 		goto done;
 	}
 	loaded = 1;
+	md.progress = &pg;
 	t1 = now();
 	if (!g->passthrough) {
-		Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose };
+		Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose,
+			   .progress = &pg };
 		if (pipeline_run(&md, spec, &o, &r, e) < 0) {
 			/* Pass errors name a layer or node, not the file. */
 			errwrap(e, "%s", in);
@@ -284,7 +313,7 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	}
 	t2 = now();
 	if (mode == RUN_REPAIR) {
-		if (model_save(&md, out, g->in_place ? SAVE_IN_PLACE : 0, e) < 0) {
+		if (model_save_as(&md, out, g->extdata, g->in_place ? SAVE_IN_PLACE : 0, e) < 0) {
 			rc = 2;
 			goto done;
 		}
@@ -293,6 +322,7 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	}
 	t3 = now();
 done:
+	progress_done(&pg);
 	if (!g->quiet) {
 		/* After an error the Report is half filled ("Conv 7 -> 0"):
 		 * only -v shows how far it got. */

@@ -524,6 +524,15 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 	return walk_model(md, ext_visit, e);
 }
 
+void model_drop(Model *md)
+{
+	for (size_t i = 0; i < md->ext.cap; i++) {
+		ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		if (x && x->mapped && x->len)
+			madvise((void *)x->base, x->len, MADV_DONTNEED);
+	}
+}
+
 void model_close(Model *md)
 {
 	for (size_t i = 0; i < md->ext.cap; i++) {
@@ -593,11 +602,17 @@ int model_tensor_data(Model *md, const Onnx__TensorProto *t, const void **p, siz
 typedef struct {
 	ProtobufCBuffer base;
 	AFile *f;
+	Progress *pg;
+	const char *what;
+	unsigned long long total;
 } Sink;
 
 static void sink_append(ProtobufCBuffer *b, size_t n, const uint8_t *p)
 {
-	afile_write(((Sink *)b)->f, p, n);
+	Sink *s = (Sink *)b;
+	afile_write(s->f, p, n);
+	if (s->pg)
+		progress_step(s->pg, s->what, s->f->written, s->total, "MiB");
 }
 
 static int same_file(const struct stat *a, const struct stat *b)
@@ -705,11 +720,112 @@ int model_save(const Model *md, const char *out, int flags, Err *e)
 	AFile f;
 	if (afile_open(&f, out, 0, e) < 0)
 		return -1;
-	Sink s = { .base.append = sink_append, .f = &f };
+	Sink s = { .base.append = sink_append, .f = &f, .pg = md->progress,
+		   .what = arena_printf(md->a, "writing %s", out), .total = n };
 	protobuf_c_message_pack_to_buffer(&md->m->base, &s.base);
 	if (!f.err && f.written != n) {
 		afile_abort(&f);
 		return errf(e, "%s: packed %llu bytes, expected %zu; nothing written", out, f.written, n);
 	}
 	return afile_commit(&f, e);
+}
+
+/* --- external data output ------------------------------------------------- */
+
+enum { EXT_ALIGN = 4096, EXT_MIN = 1024 };
+
+static const char *base_name(const char *p)
+{
+	const char *s = strrchr(p, '/');
+	return s ? s + 1 : p;
+}
+
+static int moves_out(const Onnx__TensorProto *t)
+{
+	return !is_external(t) && t->has_raw_data && t->raw_data.len >= EXT_MIN;
+}
+
+static void set_entry(Arena *a, Onnx__StringStringEntryProto **slot, const char *k, const char *v)
+{
+	Onnx__StringStringEntryProto *kv = arena_alloc(a, sizeof *kv);
+	onnx__string_string_entry_proto__init(kv);
+	kv->key = arena_strdup(a, k);
+	kv->value = arena_strdup(a, v);
+	*slot = kv;
+}
+
+int model_save_as(Model *md, const char *out, const char *data, int flags, Err *e)
+{
+	Onnx__GraphProto *g = md->m->graph;
+	if (!data) {
+		if (protobuf_c_message_get_packed_size(&md->m->base) <= INT32_MAX)
+			return model_save(md, out, flags, e);
+		if (!strcmp(out, "-"))
+			return errf(e, "-: the model packs past the 2 GiB protobuf limit, so its weights need an external data file, which standard output cannot have; write to a file");
+		data = arena_printf(md->a, "%s.data", base_name(out));
+	}
+	if (!strcmp(out, "-"))
+		return errf(e, "--external-data: the data file is located relative to the model's folder, which standard output has none of; write to a file");
+	int up = 0;
+	for (const char *c = data; *c;) {
+		size_t n = strcspn(c, "/");
+		up |= n == 2 && c[0] == '.' && c[1] == '.';
+		c += n;
+		c += *c != 0;
+	}
+	if (!*data || data[0] == '/' || up || data[strlen(data) - 1] == '/')
+		return errf(e, "--external-data %s: give a file name relative to the output's folder (no '..', not absolute), as ONNX stores it", data);
+	char *od = arena_strdup(md->a, out), *sl = strrchr(od, '/');
+	if (!sl)
+		od = ".";
+	else
+		sl[sl == od] = 0;
+	const char *path = arena_printf(md->a, "%s/%s", od, data);
+	struct stat st;
+	int existed = stat(path, &st) == 0;
+	if (existed) {
+		for (size_t i = 0; i < md->ext.cap; i++) {
+			const ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+			if (x && st.st_dev == x->dev && st.st_ino == x->ino)
+				return errf(e, "%s: is the input's external data '%s', which the output still references; choose another --external-data name", path, x->loc);
+		}
+		struct stat si;
+		if (stat(md->path, &si) == 0 && st.st_dev == si.st_dev && st.st_ino == si.st_ino)
+			return errf(e, "%s: is the input model; choose another --external-data name", path);
+	}
+	AFile f;
+	if (afile_open(&f, path, 0666, e) < 0)
+		return -1;
+	static const unsigned char zero[EXT_ALIGN];
+	size_t nmoved = 0;
+	for (size_t i = 0; i < g->n_initializer; i++) {
+		Onnx__TensorProto *t = g->initializer[i];
+		if (!moves_out(t))
+			continue;
+		unsigned long long off = (f.written + EXT_ALIGN - 1) / EXT_ALIGN * EXT_ALIGN;
+		afile_write(&f, zero, (size_t)(off - f.written));
+		afile_write(&f, t->raw_data.data, t->raw_data.len);
+		if (md->progress)
+			progress_step(md->progress, "writing external data, tensor", nmoved + 1, g->n_initializer, NULL);
+		Onnx__StringStringEntryProto **kv = arena_alloc(md->a, 3 * sizeof *kv);
+		set_entry(md->a, &kv[0], "location", data);
+		set_entry(md->a, &kv[1], "offset", arena_printf(md->a, "%llu", off));
+		set_entry(md->a, &kv[2], "length", arena_printf(md->a, "%zu", t->raw_data.len));
+		t->external_data = kv;
+		t->n_external_data = 3;
+		t->has_data_location = 1;
+		t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+		t->has_raw_data = 0;
+		t->raw_data.len = 0;
+		t->raw_data.data = NULL;
+		nmoved++;
+	}
+	if (afile_commit(&f, e) < 0)
+		return -1;
+	if (model_save(md, out, flags, e) < 0) {
+		if (!existed)
+			unlink(path);
+		return -1;
+	}
+	return 0;
 }

@@ -8,6 +8,7 @@
 #include "err.h"
 #include "map.h"
 #include "onnx.pb-c.h"
+#include "progress.h"
 
 typedef struct {
 	const char *path; /* as given */
@@ -17,6 +18,7 @@ typedef struct {
 	size_t size;      /* bytes of the file loaded */
 	Map ext;          /* external data: location -> its mapping (ExtFile), made on demand */
 	int next;         /* tensors with data_location EXTERNAL */
+	Progress *progress; /* model_save reports bytes written to it; NULL: none */
 } Model;
 
 /* Refuses what is not a ModelProto with a graph (with the byte offset where
@@ -43,6 +45,16 @@ enum {
  * data file there is the same file as, or a byte-identical copy of, the
  * one beside the input. Nothing is left behind on failure. */
 int model_save(const Model *md, const char *out, int flags, Err *e);
+/* model_save, with the inline data (>= 1 KiB) of the main graph's
+ * initializers moved to the external file `data`, a location relative to
+ * out's folder, at 4 KiB-aligned offsets; tensors already external keep
+ * their references. data NULL: only when the model would pass the 2 GiB
+ * protobuf limit, then to OUT.data beside it (OUT being out's file name).
+ * Changes md's tensors. */
+int model_save_as(Model *md, const char *out, const char *data, int flags, Err *e);
+/* Drops the pages of external data read so far from the process (they
+ * stay cached; reading again faults them back). */
+void model_drop(Model *md);
 
 /* A tensor's bytes: raw_data when embedded, else the slice of its external
  * file, mapped read-only until model_close. Values kept in typed fields

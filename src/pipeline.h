@@ -6,6 +6,7 @@
 #include "arena.h"
 #include "err.h"
 #include "model.h"
+#include "progress.h"
 #include "report.h"
 #include "spec.h"
 
@@ -13,6 +14,7 @@ typedef struct {
 	int check_only; /* --check: find damage, rewrite nothing */
 	int no_check;   /* --no-check: skip the structural checker */
 	int verbose;
+	Progress *progress; /* or NULL */
 } Opts;
 
 /* spec NULL: diagnosis only (find MoE-like routers, report damage).

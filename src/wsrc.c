@@ -64,6 +64,13 @@ void wsrc_close(WSrc *w)
 	w->nmaps = 0;
 }
 
+void wsrc_drop(WSrc *w)
+{
+	for (size_t i = 0; w && i < w->nmaps; i++)
+		if (w->maps[i].len)
+			madvise(w->maps[i].base, w->maps[i].len, MADV_DONTNEED);
+}
+
 const WTensor *wsrc_get(const WSrc *w, const char *name)
 {
 	uintptr_t i = (uintptr_t)map_get(&w->byname, name);

@@ -46,6 +46,11 @@ typedef struct {
  * the file itself). Errors name the file and what is wrong. */
 WSrc *wsrc_open(const char *path, const char *key, Arena *a, Err *e);
 void wsrc_close(WSrc *w);
+/* Drops the pages of the mappings read so far from the process (they stay
+ * in the page cache; the mappings are read-only, so reading again just
+ * faults them back): a multi-GB checkpoint read layer by layer then costs
+ * one layer of resident memory. Data pointers stay valid. */
+void wsrc_drop(WSrc *w);
 const WTensor *wsrc_get(const WSrc *w, const char *name);
 /* The error for a key that is not there: names the file and lists the keys
  * found under `under` (the expert's path), or says none start with it.

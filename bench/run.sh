@@ -1,0 +1,219 @@
+#!/bin/sh
+# The benchmark: onnx-moe-repair against the floors, on this machine, in one
+# run.  Several rounds each (median wall time, peak RSS from /usr/bin/time):
+#   - our repair of a generated ~1 GB inline model,
+#   - onnx.load of the broken model + onnx.save of the repaired one with
+#     Debian's python3-onnx (the floor of any Python-stack tool),
+#   - cp of the repaired file (the physical floor), and cp + sync (the
+#     floor of a durable write: the repair fsyncs its output);
+# the same for a model whose weights (> 2 GiB) are external data; three
+# sizes for linear scaling in layers and experts; ONNX Runtime latency of
+# repaired vs dense exports of the corpus.  Prints the tables and writes
+# them into README.md between the bench markers.
+#
+#   bench/run.sh [ROUNDS]        (default 3; models are generated into
+#                                 bench/out/ on first use, ~8 GB of disk)
+#   BENCH_CLEAN=1 bench/run.sh   also deletes bench/out/ afterwards
+#
+# Needs: a built ./onnx-moe-repair, /usr/bin/time (Debian: apt-get install
+# time), /usr/bin/python3 with python3-onnx and python3-numpy, node with
+# onnxruntime-node (npm install --ignore-scripts).
+set -eu
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${BIN:-$ROOT/onnx-moe-repair}
+PY=/usr/bin/python3
+TIME=/usr/bin/time
+OUT=$ROOT/bench/out
+ROUNDS=${1:-3}
+CORPUS=${CORPUS:-$ROOT/../shared/corpus}
+[ -d "$CORPUS" ] && CORPUS=$(cd "$CORPUS" && pwd)
+
+die() { echo "bench/run.sh: $*" >&2; exit 2; }
+[ -x "$BIN" ] || die "$BIN missing: build first (autoreconf -fi && ./configure && make)"
+[ -x "$TIME" ] || die "$TIME missing: apt-get install time (the shell's time keyword cannot report peak RSS)"
+"$PY" -c 'import onnx, numpy' 2>/dev/null || die "$PY lacks onnx/numpy: apt-get install python3-onnx python3-numpy"
+(cd "$ROOT" && node -e "require.resolve('onnxruntime-node')") >/dev/null 2>&1 ||
+	die "onnxruntime-node missing: npm install --ignore-scripts in $ROOT"
+mkdir -p "$OUT"
+T=$(mktemp -d "$OUT/.run.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+
+# gen DIR ARGS...: generate once per argument set.
+gen() {
+	d=$1
+	shift
+	if [ ! -f "$d/.args" ] || [ "$(cat "$d/.args")" != "$*" ]; then
+		rm -rf "$d"
+		echo "generating $(basename "$d"): $*" >&2
+		"$PY" "$ROOT/bench/gen.py" "$d" "$@" >/dev/null
+		echo "$*" >"$d/.args"
+	fi
+}
+
+# run NAME CMD...: one timed run, "wall_s rss_kb" appended to $T/NAME.
+run() {
+	name=$1
+	shift
+	"$TIME" -f "%e %M" -o "$T/time" "$@" >"$T/stdout" 2>"$T/stderr" ||
+		die "$name failed: $(tail -3 "$T/stderr")"
+	cat "$T/time" >>"$T/$name"
+}
+# pyrun NAME CMD...: same, wall time as the script reports it (load + save).
+pyrun() {
+	run "$@"
+	w=$(cat "$T/stdout")
+	rss=$(tail -1 "$T/$1" | cut -d' ' -f2)
+	sed -i '$d' "$T/$1"
+	echo "$w $rss" >>"$T/$1"
+}
+# med NAME COL: median of column COL (1 wall, 2 rss) over the rounds.
+med() { cut -d' ' -f"$2" "$T/$1" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+mib() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+met() { if le "$1" "$2"; then echo "met"; else echo "missed ($(ratio "$1" "$2")x the target)"; fi; }
+bytes() { cat "$@" | wc -c; }
+
+TAB=$T/table.md
+host="$(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(findmnt -no FSTYPE -T "$OUT") under bench/out"
+{
+	echo "Measured $(date -u +%Y-%m-%d) by \`bench/run.sh $ROUNDS\` ($ROUNDS rounds, medians; $host;"
+	echo "the machine is shared, so expect noise of 10-20%)."
+	echo
+} >"$TAB"
+
+# --- inline, ~1 GB ---------------------------------------------------------
+B=$OUT/inline
+gen "$B" --layers 32 --channels 256 --experts 16 --top-k 2
+rm -f "$B/out.onnx" && "$BIN" -q "$B/broken.onnx" --experts "$B/experts.yaml" -o "$B/out.onnx" # warm-up
+rm -f "$B/ref.onnx" && cp "$B/out.onnx" "$B/ref.onnx"
+for i in $(seq "$ROUNDS"); do
+	echo "inline round $i/$ROUNDS" >&2
+	rm -f "$B/out.onnx"
+	run ours "$BIN" -q "$B/broken.onnx" --experts "$B/experts.yaml" -o "$B/out.onnx"
+	rm -f "$B/py.onnx"
+	pyrun py "$PY" "$ROOT/bench/pyfloor.py" "$B/broken.onnx" "$B/ref.onnx" "$B/py.onnx"
+	rm -f "$B/cp.onnx"
+	run cp cp "$B/ref.onnx" "$B/cp.onnx"
+	rm -f "$B/cp.onnx"
+	run cpsync sh -c 'cp "$1" "$2" && sync "$2"' sh "$B/ref.onnx" "$B/cp.onnx"
+done
+cmp -s "$B/out.onnx" "$B/py.onnx" || die "Python's save of the repaired model differs from ours"
+osz=$(bytes "$B/out.onnx")
+ow=$(med ours 1) pw=$(med py 1) cw=$(med cp 1) sw=$(med cpsync 1)
+or=$(med ours 2) pr=$(med py 2) cr=$(med cp 2) sr=$(med cpsync 2)
+{
+	echo "**Inline weights, ~1 GB**: 32 layers, C=256, 16 experts, top-2, 14 experts missing per layer"
+	echo "(broken $(mib $(($(bytes "$B/broken.onnx") / 1024))) MiB, repaired $(mib $((osz / 1024))) MiB; checkpoint $(mib $(($(bytes "$B/model.safetensors") / 1024))) MiB)."
+	echo
+	echo "| run | median wall (s) | peak RSS (MiB) |"
+	echo "| --- | ---: | ---: |"
+	echo "| onnx-moe-repair (load, repair, write, fsync) | $ow | $(mib "$or") |"
+	echo "| Python: \`onnx.load\` broken + \`onnx.save\` repaired | $pw | $(mib "$pr") |"
+	echo "| \`cp\` of the repaired file | $cw | $(mib "$cr") |"
+	echo "| \`cp\` + \`sync\` of it (durable, as our write is) | $sw | $(mib "$sr") |"
+	echo
+	echo "| target | measured | |"
+	echo "| --- | ---: | --- |"
+	echo "| repair <= 0.5x Python load+save | $(ratio "$ow" "$pw")x | $(met "$(ratio "$ow" "$pw")" 0.5) |"
+	echo "| repair <= 3x \`cp\` | $(ratio "$ow" "$cw")x | $(met "$(ratio "$ow" "$cw")" 3) |"
+	echo "| repair <= 3x \`cp\` + \`sync\` | $(ratio "$ow" "$sw")x | $(met "$(ratio "$ow" "$sw")" 3) |"
+	echo "| peak RSS <= 1.5x output size | $(ratio "$((or * 1024))" "$osz")x | $(met "$(ratio "$((or * 1024))" "$osz")" 1.5) |"
+	echo
+} >>"$TAB"
+rm -f "$B/py.onnx" "$B/cp.onnx"
+
+# --- external data, > 2 GiB --------------------------------------------------
+X=$OUT/external
+gen "$X" --layers 80 --channels 256 --experts 16 --top-k 2 --missing 2 --external
+rm -f "$X/out.onnx" "$X/out.onnx.data"
+"$BIN" -q "$X/broken.onnx" --experts "$X/experts.yaml" -o "$X/out.onnx" --external-data out.onnx.data
+mkdir -p "$X/ref" && rm -f "$X/ref/"*
+cp "$X/out.onnx" "$X/out.onnx.data" "$X/broken.onnx.data" "$X/ref/"
+for i in $(seq "$ROUNDS"); do
+	echo "external round $i/$ROUNDS" >&2
+	rm -f "$X/out.onnx" "$X/out.onnx.data"
+	run xours "$BIN" -q "$X/broken.onnx" --experts "$X/experts.yaml" -o "$X/out.onnx" --external-data out.onnx.data
+	rm -rf "$X/py" && mkdir "$X/py"
+	pyrun xpy "$PY" "$ROOT/bench/pyfloor.py" "$X/broken.onnx" "$X/ref/out.onnx" "$X/py/out.onnx" --external
+	rm -rf "$X/cp" && mkdir "$X/cp"
+	run xcpw cp "$X/ref/out.onnx" "$X/ref/out.onnx.data" "$X/cp/"
+	rm -rf "$X/cp" && mkdir "$X/cp"
+	run xcpa cp "$X/ref/out.onnx" "$X/ref/out.onnx.data" "$X/ref/broken.onnx.data" "$X/cp/"
+done
+wr=$(bytes "$X/out.onnx" "$X/out.onnx.data")
+un=$(bytes "$X/broken.onnx.data")
+xw=$(med xours 1) xp=$(med xpy 1) xcw=$(med xcpw 1) xca=$(med xcpa 1)
+{
+	echo "**External data, > 2 GiB**: 80 layers, C=256, 16 experts, top-2, 2 missing per layer;"
+	echo "the input's $(mib $((un / 1024))) MiB of external weights stay referenced, the repair writes"
+	echo "$(mib $((wr / 1024))) MiB (\`--external-data out.onnx.data\`: new experts at 4 KiB-aligned offsets, and the .onnx)."
+	echo
+	echo "| run | bytes written (MiB) | median wall (s) | peak RSS (MiB) |"
+	echo "| --- | ---: | ---: | ---: |"
+	echo "| onnx-moe-repair \`--external-data\` | $(mib $((wr / 1024))) | $xw | $(mib "$(med xours 2)") |"
+	echo "| Python: \`onnx.load\` + \`onnx.save\` with external data | $(mib $(($(bytes "$X/py/"*) / 1024))) | $xp | $(mib "$(med xpy 2)") |"
+	echo "| \`cp\` of the bytes the repair writes | $(mib $((wr / 1024))) | $xcw | $(mib "$(med xcpw 2)") |"
+	echo "| \`cp\` of the whole repaired model | $(mib $(((wr + un) / 1024))) | $xca | $(mib "$(med xcpa 2)") |"
+	echo
+	echo "Repair / Python: $(ratio "$xw" "$xp")x; repair / \`cp\` of what it writes: $(ratio "$xw" "$xcw")x;"
+	echo "repair / \`cp\` of the whole model: $(ratio "$xw" "$xca")x."
+	echo
+} >>"$TAB"
+rm -rf "$X/py" "$X/cp" "$X/ref"
+
+# --- linear scaling ------------------------------------------------------------
+{
+	echo "**Scaling** (C=128, top-2, all but 2 experts missing per layer): time per layer x expert stays flat."
+	echo
+	echo "| layers | experts | repaired (MiB) | median wall (s) | ms per layer x expert | peak RSS (MiB) |"
+	echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+} >>"$TAB"
+for le in "8 8" "16 8" "16 16" "32 16"; do
+	set -- $le
+	S=$OUT/scale_$1_$2
+	gen "$S" --layers "$1" --channels 128 --experts "$2" --top-k 2
+	: >"$T/s"
+	for i in $(seq "$ROUNDS"); do
+		rm -f "$S/out.onnx"
+		run s "$BIN" -q "$S/broken.onnx" --experts "$S/experts.yaml" -o "$S/out.onnx"
+	done
+	w=$(med s 1)
+	echo "| $1 | $2 | $(mib $(($(bytes "$S/out.onnx") / 1024))) | $w | $(awk -v w="$w" -v n=$(($1 * $2)) 'BEGIN { printf "%.1f", 1000 * w / n }') | $(mib "$(med s 2)") |" >>"$TAB"
+	rm -f "$T/s"
+done
+echo >>"$TAB"
+
+# --- ONNX Runtime latency: repaired vs dense -------------------------------------
+{
+	echo "**ONNX Runtime latency**, repaired vs the dense export (CPU, 1 thread, median of 500 interleaved runs):"
+	echo
+	echo "| model | repaired (ms) | dense (ms) | ratio |"
+	echo "| --- | ---: | ---: | ---: |"
+} >>"$TAB"
+worst=0
+for c in "$ROOT"/testdata/*/ "$CORPUS"/*/ "$CORPUS"/*/*/; do
+	[ -f "$c/dense.onnx" ] && [ -f "$c/experts.yaml" ] && [ -f "$c/in_0.npy" ] || continue
+	"$BIN" -q "$c/broken.onnx" --experts "$c/experts.yaml" -o "$T/lat.onnx" || die "repair of $c failed"
+	set -- $(node "$ROOT/bench/latency.js" "$T/lat.onnx" "$c/dense.onnx" "$c/in_0.npy" --runs 500)
+	name=$(echo "$c" | sed "s|^$ROOT/||; s|^$CORPUS/|shared/|; s|/$||")
+	echo "| $name | $1 | $2 | $3 |" >>"$TAB"
+	le "$3" "$worst" || worst=$3
+done
+echo >>"$TAB"
+echo "Worst latency ratio $worst: $(met "$worst" 1.05) (target <= 1.05)." >>"$TAB"
+
+cat "$TAB"
+# Into the README between the markers (appended with them when absent).
+R=$ROOT/README.md
+touch "$R"
+if ! grep -q '^<!-- bench:start -->$' "$R"; then
+	printf '\n<!-- bench:start -->\n<!-- bench:end -->\n' >>"$R"
+fi
+awk -v tab="$TAB" '
+	/^<!-- bench:start -->$/ { print; while ((getline l < tab) > 0) print l; skip = 1; next }
+	/^<!-- bench:end -->$/ { skip = 0 }
+	!skip' "$R" >"$T/readme" && cat "$T/readme" >"$R"
+echo "README.md updated" >&2
+[ "${BENCH_CLEAN:-0}" = 1 ] && rm -rf "$OUT"
+exit 0

@@ -1,0 +1,45 @@
+#include "progress.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+void progress_init(Progress *p, int enabled)
+{
+	*p = (Progress){ .on = enabled && isatty(STDERR_FILENO), .t0 = now() };
+}
+
+void progress_step(Progress *p, const char *what, unsigned long long done, unsigned long long total,
+		   const char *unit)
+{
+	if (!p->on)
+		return;
+	double t = now();
+	if (t - p->t0 < 1.0 || (p->shown && t - p->last < 0.1))
+		return;
+	p->last = t;
+	p->shown = 1;
+	if (unit && !strcmp(unit, "MiB"))
+		fprintf(stderr, "\r\033[Konnx-moe-repair: %s %llu/%llu MiB", what, done >> 20, total >> 20);
+	else
+		fprintf(stderr, "\r\033[Konnx-moe-repair: %s %llu/%llu%s%s", what, done, total, unit ? " " : "",
+			unit ? unit : "");
+	fflush(stderr);
+}
+
+void progress_done(Progress *p)
+{
+	if (p->on && p->shown) {
+		fputs("\r\033[K", stderr);
+		fflush(stderr);
+	}
+	p->shown = 0;
+}

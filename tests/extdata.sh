@@ -1,0 +1,89 @@
+#!/bin/sh
+# Writing external data: --external-data puts inline initializer data in a
+# new file at 4 KiB-aligned offsets; the input's own external data stays
+# referenced, never copied or touched; ONNX Runtime runs the result and
+# matches the references. Models come from bench/gen.py (Debian's
+# python3-onnx and python3-numpy) and testdata/example.
+. "$top_srcdir/tests/lib.sh"
+
+PY=${PYTHON:-/usr/bin/python3}
+CMP="node $top_srcdir/tests/ort/compare.js"
+if ! "$PY" -c "import onnx, numpy" 2>/dev/null; then
+	echo "SKIP: $PY lacks onnx/numpy (apt-get install python3-onnx python3-numpy)"
+	exit 77
+fi
+if ! (cd "$top_srcdir" && node -e "require.resolve('onnxruntime-node')") >/dev/null 2>&1; then
+	echo "SKIP: onnxruntime-node missing: npm install --ignore-scripts in $top_srcdir"
+	exit 77
+fi
+
+# locations MODEL: "location offset length" per external tensor.
+locations() {
+	"$PY" - "$1" <<'PYEOF'
+import sys, onnx
+m = onnx.load(sys.argv[1], load_external_data=False)
+for t in m.graph.initializer:
+	if t.data_location == onnx.TensorProto.EXTERNAL:
+		d = {e.key: e.value for e in t.external_data}
+		print(d["location"], d.get("offset", "0"), d.get("length", "-"))
+PYEOF
+}
+
+M=$T/m
+"$PY" "$top_srcdir/bench/gen.py" "$M" --layers 3 --channels 16 --experts 4 --top-k 2 \
+	--missing 2 --external --ref 2 || { fail "gen.py"; finish; }
+before=$(sum "$M/broken.onnx.data")
+
+expect 0 "repair with --external-data beside the input" -- \
+	"$BIN" "$M/broken.onnx" --experts "$M/experts.yaml" -o "$M/out.onnx" --external-data new.data
+locations "$M/out.onnx" >"$T/loc"
+grep -q '^broken.onnx.data ' "$T/loc" || fail "untouched tensors should reference broken.onnx.data: $(cat "$T/loc")"
+grep -q '^new.data ' "$T/loc" || fail "new weights should be in new.data: $(cat "$T/loc")"
+awk '$1 == "new.data" && $2 % 4096 { bad = 1 } END { exit bad }' "$T/loc" ||
+	fail "offsets in new.data not 4 KiB-aligned: $(grep new.data "$T/loc")"
+n=$(grep -c '^new.data ' "$T/loc")
+[ "$n" -eq 12 ] || fail "want the 2 missing experts x 3 layers x 2 convs x (W, b) = 12 tensors in new.data, got $n"
+[ "$(sum "$M/broken.onnx.data")" = "$before" ] || fail "the input's external data changed"
+extra=$(cd "$M" && ls | grep -v -e '^broken.onnx' -e '^model.safetensors$' -e '^experts.yaml$' \
+	-e '^in_.\.npy$' -e '^out_.\.npy$' -e '^out.onnx$' -e '^new.data$')
+[ -z "$extra" ] || fail "unexpected files beside the output (a copy of the data?): $extra"
+size=$(wc -c <"$M/out.onnx")
+[ "$size" -lt 65536 ] || fail "out.onnx holds $size bytes: weights were not moved out"
+$CMP "$M/out.onnx" "$M" --max 1e-4 >"$T/ort" 2>&1 && ok "ONNX Runtime runs it, matches NumPy" ||
+	fail "ONNX Runtime: $(cat "$T/ort")"
+$CMP "$M/broken.onnx" "$M" --min 1e-2 >/dev/null 2>&1 || fail "the generated broken model should be wrong"
+
+# Default: small output, inline new weights, still referencing the input's data.
+expect 0 "repair without --external-data" -- \
+	"$BIN" "$M/broken.onnx" --experts "$M/experts.yaml" -o "$M/inl.onnx"
+locations "$M/inl.onnx" | grep -q '^new.data ' && fail "without the option nothing should go to new.data"
+$CMP "$M/inl.onnx" "$M" --max 1e-4 >"$T/ort" 2>&1 || fail "inline output in ONNX Runtime: $(cat "$T/ort")"
+
+# An inline model, every big initializer moved out.
+E=$T/ex
+mkdir "$E"
+expect 0 "inline input, --external-data" -- "$BIN" "$top_srcdir/testdata/example/broken.onnx" \
+	--experts "$top_srcdir/testdata/example/experts.yaml" -o "$E/ex.onnx" --external-data ex.bin
+[ -s "$E/ex.bin" ] || fail "ex.bin not written"
+$CMP "$E/ex.onnx" "$top_srcdir/testdata/example" --max 1e-4 >"$T/ort" 2>&1 ||
+	fail "example with external data in ONNX Runtime: $(cat "$T/ort")"
+
+# Refusals: one line, nothing written, the input's data untouched.
+expect 2 "--external-data over the input's data" -- \
+	"$BIN" -q "$M/broken.onnx" --experts "$M/experts.yaml" -o "$M/o2.onnx" --external-data broken.onnx.data &&
+	one_line_err "data over the input's"
+[ "$(sum "$M/broken.onnx.data")" = "$before" ] || fail "refused run changed the input's data"
+[ ! -e "$M/o2.onnx" ] || fail "refused run left o2.onnx"
+expect 2 "--external-data with '..'" -- \
+	"$BIN" "$M/broken.onnx" --experts "$M/experts.yaml" -o "$M/o3.onnx" --external-data ../x.data &&
+	one_line_err "'..'"
+expect 2 "--external-data absolute" -- \
+	"$BIN" "$M/broken.onnx" --experts "$M/experts.yaml" -o "$M/o3.onnx" --external-data "$T/x.data" &&
+	one_line_err "absolute"
+expect 2 "--external-data to standard output" -- \
+	"$BIN" "$M/broken.onnx" --experts "$M/experts.yaml" -o - --external-data x.data &&
+	one_line_err "stdout"
+expect 2 "--external-data without --experts" -- "$BIN" "$M/broken.onnx" --external-data x.data &&
+	one_line_err "no experts"
+[ ! -e "$M/o3.onnx" ] && [ ! -e "$T/x.data" ] && [ ! -e "$M/x.data" ] || fail "refused runs left files"
+finish
