@@ -71,11 +71,15 @@ static int rank_calc(const Graph *g, const char *name, int depth, int *cut)
 	if (v->shape)
 		return (int)v->shape->n_dim;
 	Node *n = v->def;
-	if (!n)
+	/* Every rule below but Constant's reads input 0, some input 1: a node
+	 * short of inputs (malformed) has no rank to tell. */
+	if (!n || (n->n_input == 0 && !g_is(n, "Constant")))
 		return -1;
 	const Graph *ng = v->g;
 	if (g_is(n, "Reshape") || g_is(n, "ConstantOfShape") || g_is(n, "Expand")) {
 		/* Target shape: a constant, or Shape(y) of a tensor of known rank. */
+		if (!g_is(n, "ConstantOfShape") && n->n_input < 2)
+			return -1;
 		const char *sh = n->input[g_is(n, "ConstantOfShape") ? 0 : 1];
 		const Tensor *t = g_const(ng, sh);
 		if (t && t->n_dims == 1)
@@ -109,6 +113,8 @@ static int rank_calc(const Graph *g, const char *name, int depth, int *cut)
 	if (g_is(n, "Flatten"))
 		return 2;
 	if (g_is(n, "Gather")) {
+		if (n->n_input < 2)
+			return -1;
 		int r = rank_rec(ng, n->input[0], depth + 1, cut), q = rank_rec(ng, n->input[1], depth + 1, cut);
 		return r < 0 || q < 0 ? -1 : r + q - 1;
 	}
@@ -119,7 +125,8 @@ static int rank_calc(const Graph *g, const char *name, int depth, int *cut)
 	    g_is(n, "GlobalAveragePool") || g_is(n, "Slice") || g_is(n, "Resize") ||
 	    g_is(n, "Pad") || g_is(n, "GatherElements") || g_is(n, "ScatterElements") ||
 	    g_is(n, "ScatterND") || g_is(n, "Where") || g_is(n, "Softmax"))
-		return rank_rec(ng, n->input[g_is(n, "Where") ? 1 : 0], depth + 1, cut);
+		return n->n_input < (g_is(n, "Where") ? 2u : 1u) ? -1
+								 : rank_rec(ng, n->input[g_is(n, "Where") ? 1 : 0], depth + 1, cut);
 	if (is_elementwise(n) || g_is(n, "Equal")) {
 		int best = -1;
 		for (size_t i = 0; i < n->n_input; i++) {

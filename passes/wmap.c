@@ -497,6 +497,44 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 	return 0;
 }
 
+static const char *shape_str(Ctx *c, const WTensor *t)
+{
+	char buf[200];
+	size_t n = 0;
+	buf[n++] = '[';
+	for (int i = 0; i < t->ndim && n < sizeof buf - 24; i++)
+		n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%lld", i ? "," : "", (long long)t->dims[i]);
+	snprintf(buf + n, sizeof buf - n, "]");
+	return arena_strdup(c->a, buf);
+}
+
+/* The tensors a recipe reads must have the type and shape of the template
+ * expert's (L->ex[0], see moe_densify): equal element counts alone would let
+ * a [8,4,1,1] weight stand in for a [4,8,1,1] one. */
+static int fits_template(Ctx *c, const Layer *L, const Recipe *r, const char *pre, WSrc *w, Err *e)
+{
+	const char *rest[2] = { r->rest, r->bias };
+	const char *tpre = key_prefix(c, L, L->ex[0].id);
+	for (int i = 0; i < 2; i++) {
+		if (!rest[i])
+			continue;
+		const char *k = arena_printf(c->a, "%s%s", pre, rest[i]);
+		const WTensor *x = wsrc_get(w, k), *y = wsrc_get(w, arena_printf(c->a, "%s%s", tpre, rest[i]));
+		if (!x || !y)
+			continue; /* rebuild says what is missing */
+		if (!is_float(x->dtype))
+			return errf(e, "'%s' in %s is %s; the expert template needs a floating-point tensor like expert %d's",
+			            k, w->path, wt_dtype_name(x->dtype), L->ex[0].id);
+		int same = x->ndim == y->ndim;
+		for (int d = 0; same && d < x->ndim; d++)
+			same = x->dims[d] == y->dims[d];
+		if (!same)
+			return errf(e, "'%s' in %s has shape %s, but expert %d (the template) has %s; the checkpoint does not fit this model",
+			            k, w->path, shape_str(c, x), L->ex[0].id, shape_str(c, y));
+	}
+	return 0;
+}
+
 int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w,
 	      void **data, size_t *nbytes, Err *e)
 {
@@ -504,6 +542,8 @@ int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, 
 	map_init(&s.cache, c->a, 8);
 	int64_t n = g_tensor_numel(t);
 	const char *pre = key_prefix(c, L, id);
+	if (fits_template(c, L, r, pre, w, e))
+		return errwrap(e, "layer %s: expert %d", L->scope, id);
 	size_t es = wt_dtype_size(t->data_type);
 	unsigned char *out = arena_alloc_raw(c->a, (size_t)n * es + 1);
 	/* f32 models: folds go straight into the new tensor. */

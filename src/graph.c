@@ -1,5 +1,6 @@
 #include "graph.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -715,7 +716,8 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 			st[sp++] = (Frame){ v->def, 0 };
 		}
 	}
-	memcpy(gp->node, out, n * sizeof *out);
+	if (n) /* an empty graph may have node == NULL */
+		memcpy(gp->node, out, n * sizeof *out);
 	for (size_t i = 0; i < n; i++)
 		pmap_put(&c->nodeidx, gp->node[i], (void *)(uintptr_t)(i + 1));
 	return 0;
@@ -742,6 +744,58 @@ static int domain_known(const Ctx *c, const char *d)
 	for (size_t i = 0; i < c->m->n_functions; i++)
 		if (c->m->functions[i]->domain && strcmp(c->m->functions[i]->domain, d) == 0)
 			return 1;
+	return 0;
+}
+
+/* Inputs and outputs of the default-domain ops the passes read, as every
+ * opset allows them (counting optional ones, given or ""): the passes then
+ * index node->input[] and ->output[] without checking each time. */
+static const struct {
+	const char *op;
+	unsigned char inmin, inmax, outmin, outmax;
+} ARITY[] = {
+	{ "Add", 2, 2, 1, 1 }, { "Sub", 2, 2, 1, 1 }, { "Mul", 2, 2, 1, 1 }, { "Div", 2, 2, 1, 1 },
+	{ "Pow", 2, 2, 1, 1 }, { "Equal", 2, 2, 1, 1 }, { "MatMul", 2, 2, 1, 1 },
+	{ "Cast", 1, 1, 1, 1 }, { "Identity", 1, 1, 1, 1 }, { "Relu", 1, 1, 1, 1 },
+	{ "Sigmoid", 1, 1, 1, 1 }, { "Softmax", 1, 1, 1, 1 }, { "LogSoftmax", 1, 1, 1, 1 },
+	{ "Sqrt", 1, 1, 1, 1 }, { "Exp", 1, 1, 1, 1 }, { "Neg", 1, 1, 1, 1 }, { "Abs", 1, 1, 1, 1 },
+	{ "Reciprocal", 1, 1, 1, 1 }, { "Clip", 1, 3, 1, 1 }, { "Max", 1, 255, 1, 1 },
+	{ "Min", 1, 255, 1, 1 }, { "Where", 3, 3, 1, 1 }, { "Gather", 2, 2, 1, 1 },
+	{ "GatherElements", 2, 2, 1, 1 }, { "ScatterElements", 3, 3, 1, 1 },
+	{ "ScatterND", 3, 3, 1, 1 }, { "TopK", 1, 2, 2, 2 }, { "Reshape", 1, 2, 1, 1 },
+	{ "Expand", 2, 2, 1, 1 }, { "Shape", 1, 1, 1, 1 }, { "Constant", 0, 0, 1, 1 },
+	{ "ConstantOfShape", 1, 1, 1, 1 }, { "Unsqueeze", 1, 2, 1, 1 }, { "Squeeze", 1, 2, 1, 1 },
+	{ "Concat", 1, 255, 1, 1 }, { "NonZero", 1, 1, 1, 1 }, { "Transpose", 1, 1, 1, 1 },
+	{ "Flatten", 1, 1, 1, 1 }, { "If", 1, 1, 1, 255 }, { "Conv", 2, 3, 1, 1 },
+};
+
+static const char *range(char *buf, size_t n, int lo, int hi)
+{
+	if (lo == hi)
+		snprintf(buf, n, "%d", lo);
+	else if (hi == 255)
+		snprintf(buf, n, "at least %d", lo);
+	else
+		snprintf(buf, n, "%d to %d", lo, hi);
+	return buf;
+}
+
+static int check_arity(const Node *n, const char *nn, Err *e)
+{
+	if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
+		return 0;
+	char r[32];
+	for (size_t i = 0; i < sizeof ARITY / sizeof *ARITY; i++) {
+		if (strcmp(n->op_type, ARITY[i].op))
+			continue;
+		if (n->n_input < ARITY[i].inmin || n->n_input > ARITY[i].inmax)
+			return errf(e, "node '%s' (%s) has %zu input%s; %s takes %s", nn, n->op_type, n->n_input,
+				    n->n_input == 1 ? "" : "s", n->op_type, range(r, sizeof r, ARITY[i].inmin, ARITY[i].inmax));
+		if (n->n_output < ARITY[i].outmin || n->n_output > ARITY[i].outmax)
+			return errf(e, "node '%s' (%s) has %zu output%s; %s gives %s", nn, n->op_type, n->n_output,
+				    n->n_output == 1 ? "" : "s", n->op_type, range(r, sizeof r, ARITY[i].outmin, ARITY[i].outmax));
+		return 0;
+	}
 	return 0;
 }
 
@@ -773,6 +827,8 @@ static int check_graph(Ctx *c, Graph *g, int depth, Err *e)
 		if (!domain_known(c, n->domain))
 			return errf(e, "node '%s' (%s) uses domain '%s', which opset_import does not declare",
 				    nn, n->op_type, n->domain);
+		if (check_arity(n, nn, e))
+			return -1;
 		for (size_t j = 0; j < n->n_input; j++) {
 			const char *in = n->input[j];
 			if (!*in || map_get(&here, in))

@@ -248,6 +248,37 @@ static int clashes(const Args *g, Arena *a, Err *e)
 	return 0;
 }
 
+static int same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+	if (!strcmp(a, b))
+		return 1;
+	return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* What no output may replace: experts.yaml and the weights it names (the
+ * inputs and outputs are clashes()'s and model_save's). NULL: none. */
+static const char *precious(const char *path, const Args *g, const Spec *spec)
+{
+	if (g->experts && same_file(path, g->experts))
+		return "the experts file";
+	if (spec && spec->weights && same_file(path, spec->weights))
+		return "the weights file";
+	for (size_t i = 0; spec && i < spec->nlayer; i++)
+		if (spec->layer[i].weights && same_file(path, spec->layer[i].weights))
+			return "a weights file";
+	return NULL;
+}
+
+/* The report is written last: it must not replace what the run read. */
+static int check_report(const Args *g, const Spec *spec, Err *e)
+{
+	const char *what = precious(g->report, g, spec);
+	if (what)
+		return errf(e, "--report %s is %s; choose another file for the report", g->report, what);
+	return 0;
+}
+
 /* One input, start to end. Returns its exit status (0, 1 damaged, 2). The
  * JSON entry goes to js while the Report's arena is alive. */
 static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e)
@@ -261,6 +292,12 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	double t0 = now(), t1 = t0, t2 = t0, t3 = t0;
 	Progress pg;
 	progress_init(&pg, !g->quiet);
+	const char *what = out ? precious(out, g, spec) : NULL;
+	if (what) {
+		errf(e, "%s: is %s; choose another -o", out, what);
+		rc = 2;
+		goto done;
+	}
 	if (model_load(&md, in, a, e) < 0) {
 		rc = 2;
 		goto done;
@@ -363,6 +400,10 @@ int main(int argc, char **argv)
 	Arena *sa = arena_new();
 	if (clashes(&g, sa, &e) < 0) {
 		arena_free(sa);
+		if (js) { /* the report stream opened above */
+			fclose(js);
+			free(jbuf);
+		}
 		return die(e.msg);
 	}
 	Spec spec, *sp = NULL;
@@ -376,6 +417,13 @@ int main(int argc, char **argv)
 		} else {
 			sp = &spec;
 		}
+	}
+	int report_ok = 1;
+	if (!fatal && g.report && check_report(&g, sp, &e) < 0) {
+		fatal = e.msg;
+		fprintf(stderr, "onnx-moe-repair: %s\n", e.msg);
+		status = 2;
+		report_ok = 0;
 	}
 	for (int i = 0; i < g.nin && !fatal; i++) {
 		if (js && i)
@@ -392,7 +440,7 @@ int main(int argc, char **argv)
 		fprintf(js, ", \"exit_status\": %d}\n", status);
 		fclose(js);
 		Err re;
-		if (write_report(g.report, jbuf, jlen, &re) < 0) {
+		if (report_ok && write_report(g.report, jbuf, jlen, &re) < 0) {
 			fprintf(stderr, "onnx-moe-repair: %s\n", re.msg);
 			status = 2;
 		}

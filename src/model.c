@@ -163,6 +163,14 @@ static const char *hint(const uint8_t *p, size_t n)
 	return "";
 }
 
+int model_wire_check(const void *p, size_t n, Err *e)
+{
+	Scan s = { .p0 = p, .end = (const uint8_t *)p + n };
+	if (scan(&s, &onnx__model_proto__descriptor, p, s.end, 0) < 0)
+		return errf(e, "not an ONNX model (protobuf parse failed at byte %zu of %zu: %s%s)", s.at, n, s.why, hint(p, n));
+	return 0;
+}
+
 /* --- external data -------------------------------------------------------- */
 
 static const char *ext_get(const Onnx__TensorProto *t, const char *key)
@@ -406,6 +414,50 @@ static int ext_visit(Model *md, const Onnx__TensorProto *t, Err *e)
 	return is_external(t) ? ext_check(md, t, e) : 0;
 }
 
+/* --- required names ---------------------------------------------------------
+ * proto2 leaves an absent string NULL. ONNX's checker requires these
+ * fields, and the passes index values and nodes by them, so a model missing
+ * one is refused here rather than checked at every use. */
+
+static int named_vi(const Model *md, Onnx__ValueInfoProto **v, size_t n, const char *what, const char *gname, Err *e)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!v[i]->name)
+			return errf(e, "%s: not a valid ONNX model: %s %zu of graph '%s' has no name", md->path, what, i, gname);
+	return 0;
+}
+
+static int named_graph(const Model *md, const Onnx__GraphProto *g, Err *e)
+{
+	const char *gn = g->name ? g->name : "";
+	if (named_vi(md, g->input, g->n_input, "input", gn, e) < 0 ||
+	    named_vi(md, g->output, g->n_output, "output", gn, e) < 0 ||
+	    named_vi(md, g->value_info, g->n_value_info, "value_info", gn, e) < 0)
+		return -1;
+	for (size_t i = 0; i < g->n_initializer; i++)
+		if (!g->initializer[i]->name)
+			return errf(e, "%s: not a valid ONNX model: initializer %zu of graph '%s' has no name", md->path, i, gn);
+	for (size_t i = 0; i < g->n_node; i++) {
+		const Onnx__NodeProto *n = g->node[i];
+		if (!n->op_type)
+			return errf(e, "%s: not a valid ONNX model: node %zu ('%s') of graph '%s' has no op_type",
+			            md->path, i, n->name ? n->name : "", gn);
+		for (size_t j = 0; j < n->n_attribute; j++) {
+			const Onnx__AttributeProto *at = n->attribute[j];
+			if (!at->name)
+				return errf(e, "%s: not a valid ONNX model: attribute %zu of node '%s' has no name",
+				            md->path, j, n->name ? n->name : n->op_type);
+			/* Depth is bounded by the wire scan (MAX_DEPTH). */
+			if (at->g && named_graph(md, at->g, e) < 0)
+				return -1;
+			for (size_t k = 0; k < at->n_graphs; k++)
+				if (named_graph(md, at->graphs[k], e) < 0)
+					return -1;
+		}
+	}
+	return 0;
+}
+
 /* --- load ----------------------------------------------------------------- */
 
 static const char *dir_of(Arena *a, const char *path)
@@ -452,11 +504,9 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 	if (p == MAP_FAILED)
 		return errf(e, "%s: cannot map: %s", path, strerror(merr));
 	madvise((void *)p, n, MADV_SEQUENTIAL);
-	Scan s = { .p0 = p, .end = p + n };
-	if (scan(&s, &onnx__model_proto__descriptor, p, p + n, 0) < 0) {
-		errf(e, "%s: not an ONNX model (protobuf parse failed at byte %zu of %zu: %s%s)", path, s.at, n, s.why, hint(p, n));
+	if (model_wire_check(p, n, e) < 0) {
 		munmap((void *)p, n);
-		return -1;
+		return errwrap(e, "%s", path);
 	}
 	ProtobufCAllocator pa = arena_pb(a);
 	/* protobuf-c copies bytes and strings into the arena, so the mapping
@@ -469,6 +519,8 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 		return errf(e, "%s: not an ONNX model (no graph, field 7 of ModelProto)%s", path,
 		            md->m->has_ir_version ? "" : "; it has no ir_version either");
 	md->size = n;
+	if (named_graph(md, md->m->graph, e) < 0)
+		return -1;
 	return walk_model(md, ext_visit, e);
 }
 

@@ -26,6 +26,11 @@ typedef struct {
  * has a ".." component, is or passes through a symlink, is missing, or is
  * shorter than offset+length. */
 int model_load(Model *md, const char *path, Arena *a, Err *e);
+/* The wire-format walk model_load runs before protobuf-c's recursive
+ * unpack: well-formed tags, lengths and wire types, nesting bounded so a
+ * crafted file cannot exhaust the stack. For any reader unpacking a
+ * ModelProto; the message says where it breaks (no file name). */
+int model_wire_check(const void *p, size_t n, Err *e);
 /* Unmaps the external data mappings model_tensor_data made. The arena (and
  * so the protobuf) is the caller's. */
 void model_close(Model *md);

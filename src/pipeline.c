@@ -66,13 +66,27 @@ static int tidy(Ctx *c, Err *e)
 	return g_reindex(c, e);
 }
 
+/* Sorts every graph (an unsorted but acyclic input is fixed, a cycle is
+ * refused). Nesting depth is bounded by model_load's wire scan. */
+static int sort_all(Ctx *c, Graph *g, Err *e)
+{
+	if (g_toposort(c, g, e))
+		return -1;
+	for (size_t i = 0; i < g->nsub; i++)
+		if (sort_all(c, g->sub[i], e))
+			return -1;
+	return 0;
+}
+
 int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 {
 	Ctx c;
 	memset(r, 0, sizeof *r);
-	if (g_init(&c, md->m, md->a, e)) {
+	/* The passes walk producers and consumers assuming a well-formed graph:
+	 * cycles, values defined twice or never are refused before any runs. */
+	if (g_init(&c, md->m, md->a, e) || sort_all(&c, c.g, e) || g_check(&c, e)) {
 		g_fini(&c);
-		return -1;
+		return -1; /* main prefixes the file name */
 	}
 	c.ext = ext_data;
 	c.ext_ud = md;

@@ -156,6 +156,10 @@ static int weights(P *p, const yaml_node_t *n, const char **out)
 	return 0;
 }
 
+/* Far above any MoE layer built so far (hundreds of experts); bounds what
+ * a stray number can make the passes allocate. */
+enum { MAX_EXPERTS = 65536 };
+
 enum { L_SCOPE, L_EXPERTS, L_TOPK, L_EXPERT, L_WEIGHTS, L_PREFIX, L_ROUTER, L_INPUT, L_OUTPUT, L_CKEY, L_N };
 static const char *const LKEYS[] = { "scope", "experts", "top_k", "expert", "weights", "prefix",
 	"router", "input", "output", "checkpoint_key" };
@@ -183,6 +187,8 @@ static int layer(P *p, const yaml_node_t *n, const Spec *s, SpecLayer *l)
 		return at(p, v[L_SCOPE], "'scope' is empty; give the layer's module path, e.g. model.6");
 	if (l->experts < 1)
 		return at(p, v[L_EXPERTS], "'experts' must be at least 1, got %d", l->experts);
+	if (l->experts > MAX_EXPERTS) /* the passes allocate and search per expert */
+		return at(p, v[L_EXPERTS], "'experts' is %d; at most %d per layer are supported", l->experts, MAX_EXPERTS);
 	if (l->top_k < 1)
 		return at(p, v[L_TOPK], "'top_k' must be at least 1, got %d", l->top_k);
 	if (l->top_k > l->experts)

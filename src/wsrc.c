@@ -93,7 +93,8 @@ int wsrc_add(WSrc *w, const WTensor *t, Err *e)
 
 int wsrc_mmap(WSrc *w, const char *path, const void **base, size_t *len, Err *e)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO named as weights must be refused, not waited on. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return errf(e, "%s: %s", path, strerror(errno));
 	struct stat st;

@@ -3,6 +3,7 @@
  * the main graph and in subgraphs (If/Loop bodies of scripted exports). */
 #include <string.h>
 
+#include "model.h"
 #include "onnx.pb-c.h"
 #include "wsrc.h"
 
@@ -139,6 +140,8 @@ int wsrc_read_onnx(WSrc *w, Err *e)
 	const void *base;
 	size_t len;
 	if (wsrc_mmap(w, w->path, &base, &len, e))
+		return -1;
+	if (model_wire_check(base, len, e))
 		return -1;
 	ProtobufCAllocator pa = arena_pb(w->a);
 	Onnx__ModelProto *m = onnx__model_proto__unpack(&pa, len, base);

@@ -1,0 +1,3 @@
+#define WSRC_FILE "npy/w.npy"
+#define WSRC_DIR 1
+#include "wsrc_harness.h"

@@ -1,0 +1,67 @@
+#!/bin/sh
+# valgrind memcheck over the corpus: every case of testdata/ and, when
+# present, ../shared/corpus is repaired (from model.safetensors and from
+# model.pt), checked and diagnosed, and every tests/bad case refused, with
+# no memory error and no leak. Skips without valgrind, and for sanitizer
+# builds (ASan and valgrind do not mix).
+. "$top_srcdir/tests/lib.sh"
+
+command -v valgrind >/dev/null || { echo "skip: valgrind not installed (apt-get install valgrind)"; exit 77; }
+case ${SAN_CFLAGS:-} in *sanitize*) echo "skip: sanitizer build"; exit 77 ;; esac
+VG="valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --track-fds=no"
+
+# vg WANT WHAT ARGS...: the tool under memcheck must exit WANT (99: memcheck found errors).
+vg() {
+	want=$1 what=$2
+	shift 2
+	# shellcheck disable=SC2086
+	$VG "$BIN" -q "$@" 2>"$T/err" >/dev/null
+	got=$?
+	if [ "$got" -eq 99 ]; then
+		fail "$what: memcheck: $(head -c 3000 "$T/err")"
+	elif [ "$got" -ne "$want" ]; then
+		fail "$what: exit $got, want $want: $(head -c 600 "$T/err")"
+	else
+		ok "$what"
+	fi
+}
+
+n=0
+for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/ "$top_srcdir"/../shared/corpus/*/*/; do
+	[ -f "$dir/broken.onnx" ] && [ -f "$dir/experts.yaml" ] || continue
+	case=$(basename "$dir")
+	n=$((n + 1))
+	vg 0 "$case: repair" "$dir/broken.onnx" --experts "$dir/experts.yaml" -o "$T/out.onnx" --report "$T/r.json"
+	vg 0 "$case: the repaired model needs nothing" --check "$T/out.onnx" --experts "$dir/experts.yaml"
+	if [ -f "$dir/model.pt" ]; then
+		sed "s|^weights:.*|weights: $dir/model.pt|" "$dir/experts.yaml" >"$T/pt.yaml"
+		vg 0 "$case: repair from model.pt" "$dir/broken.onnx" --experts "$T/pt.yaml" -o "$T/out.onnx"
+	fi
+	vg 1 "$case: --check" --check "$dir/broken.onnx" --experts "$dir/experts.yaml"
+	vg 1 "$case: diagnosis" "$dir/broken.onnx"
+	if [ -f "$dir/dense.onnx" ]; then
+		# 0, or 1 when it holds shape guards to fold: as without valgrind.
+		"$BIN" -q "$dir/dense.onnx" 2>/dev/null
+		vg $? "$case: diagnosis of the dense export" "$dir/dense.onnx"
+	fi
+done
+[ "$n" -gt 0 ] || fail "no corpus case found"
+
+# The refusals: error paths free what they allocated too.
+EX=$top_srcdir/testdata/example
+# The YAML files name weights as ../../testdata/..., hence the layout;
+# the symlink and the FIFO are made here (make dist would not keep them).
+mkdir "$T/tests" && cp -R "$top_srcdir/tests/bad" "$T/tests/bad" && chmod -R u+w "$T/tests" &&
+	ln -s data.bin "$T/tests/bad/data_link.bin" && mkfifo "$T/tests/bad/fifo.safetensors" &&
+	ln -s "$top_srcdir/testdata" "$T/testdata" || exit 99
+B=$T/tests/bad
+cd "$B" || exit 99
+while IFS= read -r line; do
+	case $line in '#'* | '') continue ;; esac
+	want=$(printf %s "$line" | sed 's/ *|.*//')
+	args=$(printf %s "$line" | sed 's/^[^|]*| *//; s/ *|.*//; s|@EX@|'"$EX"'|g')
+	case " $args " in *" --check "* | *" -o "*) out= ;; *) out="-o $T/bad.onnx" ;; esac
+	# shellcheck disable=SC2086
+	vg "$want" "bad: $args" $args $out
+done <"$B/cases.txt"
+finish
