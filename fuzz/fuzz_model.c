@@ -17,6 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		Ctx c;
 		if (g_init(&c, md.m, a, &e) == 0)
 			g_check(&c, &e);
+		g_fini(&c);
 		protobuf_c_message_get_packed_size(&md.m->base);
 		model_close(&md);
 	}

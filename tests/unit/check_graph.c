@@ -108,6 +108,7 @@ START_TEST(fresh_names_are_unique)
 	ck_assert_str_ne(a, b);
 	ck_assert_str_eq(c, "new");
 	ck_assert_str_ne(g_fresh(&t.c, "r"), "r"); /* node names count too */
+	g_fini(&t.c);
 	arena_free(t.a);
 }
 END_TEST
@@ -127,6 +128,7 @@ START_TEST(dce_keeps_outputs_and_drops_unread_initializers)
 	ck_assert_str_eq(names(&t), "a b");
 	ck_assert_uint_eq(t.c.m->graph->n_initializer, 1);
 	ck_assert_str_eq(t.c.m->graph->initializer[0]->name, "live_init");
+	g_fini(&t.c);
 	arena_free(t.a);
 }
 END_TEST
@@ -149,6 +151,7 @@ START_TEST(toposort_is_stable)
 	/* Already sorted: unchanged. */
 	ck_assert_int_eq(g_toposort(&t.c, t.c.g, &t.e), 0);
 	ck_assert_str_eq(names(&t), "p q late sum");
+	g_fini(&t.c);
 	arena_free(t.a);
 }
 END_TEST
@@ -163,6 +166,7 @@ START_TEST(cycle_is_reported)
 	g_reindex(&t.c, &t.e);
 	ck_assert_int_ne(g_toposort(&t.c, t.c.g, &t.e), 0);
 	ck_assert(strstr(t.e.msg, "cycle"));
+	g_fini(&t.c);
 	arena_free(t.a);
 }
 END_TEST
@@ -175,6 +179,7 @@ START_TEST(two_producers_and_undefined_inputs)
 	add(&t, "Relu", "b", "x", NULL, "y");
 	ck_assert_int_ne(g_reindex(&t.c, &t.e), 0);
 	ck_assert(strstr(t.e.msg, "two producers"));
+	g_fini(&t.c);
 	arena_free(t.a);
 
 	mk(&t);
@@ -182,6 +187,7 @@ START_TEST(two_producers_and_undefined_inputs)
 	g_reindex(&t.c, &t.e);
 	ck_assert_int_ne(g_check(&t.c, &t.e), 0);
 	ck_assert_str_eq(t.e.msg, "node 'a' reads 'nowhere', which nothing defines");
+	g_fini(&t.c);
 	arena_free(t.a);
 }
 END_TEST
@@ -195,6 +201,7 @@ START_TEST(undeclared_domain)
 	g_reindex(&t.c, &t.e);
 	ck_assert_int_ne(g_check(&t.c, &t.e), 0);
 	ck_assert(strstr(t.e.msg, "domain 'com.example'"));
+	g_fini(&t.c);
 	arena_free(t.a);
 }
 END_TEST
@@ -218,6 +225,7 @@ START_TEST(rank_inference)
 	ck_assert_int_eq(g_rank(t.c.g, "r2_out", 0), 4); /* Reshape to Shape(x) */
 	ck_assert_int_eq(g_rank(t.c.g, "y", 0), 4);      /* declared output */
 	ck_assert_int_eq(g_rank(t.c.g, "nowhere", 0), -1);
+	g_fini(&t.c);
 	arena_free(t.a);
 }
 END_TEST
