@@ -223,11 +223,11 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	return out;
 }
 
-/* The other present experts are checked on a strided sample of each
- * tensor (the template is compared whole): a wrong checkpoint, eps or set
- * of statistics shows in every sample, while reading every present expert
- * whole would make the repair's cost grow with the weights it leaves
- * untouched (gigabytes of external data). */
+/* Present experts are compared whole, except tensors kept in external
+ * data, which are checked on a strided sample (the template always
+ * whole): a wrong checkpoint, eps or set of statistics shows in every
+ * sample, while reading them whole would make the repair's cost grow with
+ * the gigabytes of weights it leaves untouched. */
 enum { SAMPLES = 256 };
 
 static int sample_diff(Src *s, const Recipe *r, const char *pre, int64_t n, const float *f, double *d, Err *e)
@@ -479,7 +479,9 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 				return errf(e, "layer %s: expert %d's tensor '%s' is not a float constant like expert %d's '%s'",
 					    L->scope, q->id, qn, tpl->id, r->tname);
 			double d = 0;
-			if (q == tpl) {
+			int external = u->has_data_location &&
+				       u->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+			if (q == tpl || !external) {
 				const float *x = rebuild(&s, r, qpre, n, scratch(&s, n), e);
 				if (!x)
 					return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, q->id, qn);

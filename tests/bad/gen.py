@@ -239,3 +239,13 @@ for _ in range(3000):
 w('deep_donor.onnx', b'\x08\x08' + field(0x3a, g))
 w('deep_donor.yaml', 'weights: deep_donor.onnx\nmoe:\n  - {scope: model.0, experts: 4, top_k: 2}\n')
 w('fifo.yaml', 'weights: fifo.safetensors  # a FIFO tests/bad.sh makes\nmoe:\n  - {scope: model.0, experts: 4, top_k: 2}\n')
+
+# One value of a present, non-template expert's folded weight off by 1%:
+# every present expert is verified whole against the checkpoint.
+m = onnx.load(f'{TD}/broken.onnx')
+convs = [n for n in m.graph.node if n.op_type == 'Conv' and '/experts.3/' in n.name]
+t = next(i for i in m.graph.initializer if i.name == convs[0].input[1])
+a = numpy_helper.to_array(t).copy()
+a.flat[a.size // 2] *= 1.01
+t.CopyFrom(numpy_helper.from_array(a, t.name))
+save('corrupt_expert.onnx', m)
