@@ -6,6 +6,7 @@
 #include "arena.h"
 #include "err.h"
 #include "map.h"
+#include "testutil.h"
 
 START_TEST(map_many)
 {
@@ -57,9 +58,5 @@ int main(void)
 	tcase_add_test(tc, arena_big_and_small);
 	tcase_add_test(tc, err_one_line);
 	suite_add_tcase(s, tc);
-	SRunner *r = srunner_create(s);
-	srunner_run_all(r, CK_NORMAL);
-	int nf = srunner_ntests_failed(r);
-	srunner_free(r);
-	return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run(s);
 }

@@ -7,6 +7,7 @@
 
 #include "graph.h"
 #include "moe.h"
+#include "testutil.h"
 
 typedef struct {
 	Arena *a;
@@ -243,9 +244,5 @@ int main(void)
 	tcase_add_test(tc, undeclared_domain);
 	tcase_add_test(tc, rank_inference);
 	suite_add_tcase(s, tc);
-	SRunner *r = srunner_create(s);
-	srunner_run_all(r, CK_NORMAL);
-	int nf = srunner_ntests_failed(r);
-	srunner_free(r);
-	return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run(s);
 }

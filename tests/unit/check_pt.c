@@ -13,6 +13,7 @@
 #include "err.h"
 #include "pickle.h"
 #include "wsrc.h"
+#include "testutil.h"
 
 static const char *srcdir(void)
 {
@@ -383,9 +384,5 @@ int main(void)
 	tcase_add_test(tc, pickle_values);
 	tcase_add_test(tc, corpus_matches_safetensors);
 	suite_add_tcase(s, tc);
-	SRunner *r = srunner_create(s);
-	srunner_run_all(r, CK_NORMAL);
-	int nf = srunner_ntests_failed(r);
-	srunner_free(r);
-	return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run(s);
 }

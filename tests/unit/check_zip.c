@@ -7,6 +7,7 @@
 #include "arena.h"
 #include "err.h"
 #include "zip.h"
+#include "testutil.h"
 
 /* Fixtures from testdata/unit/mkzip.sh (Info-ZIP and Python's zipfile);
  * malformed archives are those bytes, edited, or built below. */
@@ -288,9 +289,5 @@ int main(void)
 	tcase_add_test(tc, zip_offsets_past_end);
 	tcase_add_test(tc, zip_corrupt_data);
 	suite_add_tcase(s, tc);
-	SRunner *r = srunner_create(s);
-	srunner_run_all(r, CK_NORMAL);
-	int nf = srunner_ntests_failed(r);
-	srunner_free(r);
-	return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run(s);
 }
