@@ -283,6 +283,24 @@ static int ends_with(const char *s, const char *suf)
 	return n >= m && strcmp(s + n - m, suf) == 0;
 }
 
+/* Tries fold recipe r with each usual BatchNorm eps; a strided sample
+ * first, since most candidates (other convs, other eps) fail on it without
+ * a full rebuild. */
+static int fold_matches(Src *s, Recipe *r, const Tensor *t, const char *pre, int64_t n, const float *f)
+{
+	Err e;
+	for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
+		r->eps = EPS[q];
+		double sd;
+		if (sample_diff(s, r, pre, n, f, &sd, &e) < 0 || sd > tolerance(s, t->data_type))
+			continue;
+		const float *x = rebuild(s, r, pre, n, scratch(s, n), &e);
+		if (x && reldiff(x, f, n) <= tolerance(s, t->data_type))
+			return 1;
+	}
+	return 0;
+}
+
 /* Finds a recipe for template tensor t (values f, n elements) of the expert
  * whose keys start with pre. Returns 1 when found. */
 static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const char *pre, Recipe *r)
@@ -290,7 +308,6 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 	Arena *a = s->c->a;
 	WSrc *w = s->w;
 	size_t lp = strlen(pre);
-	Err e;
 	int64_t kn;
 	r->tname = t->name;
 	if (strncmp(t->name, pre, lp) == 0 && wsrc_get(w, t->name)) {
@@ -327,17 +344,9 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 				if (strncmp(cw->name, pre, lp) != 0 || !ends_with(cw->name, ".weight") ||
 				    wt_numel(cw) != n || cw->ndim < 2 || cw->dims[0] != st.n)
 					continue;
-				for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
-					*r = (Recipe){ .tname = t->name, .kind = R_FOLD_W, .rest = cw->name + lp, .bn = bn, .eps = EPS[q] };
-					/* A sample first: most candidates (other convs,
-					 * other eps) fail on it without a full rebuild. */
-					double sd;
-					if (sample_diff(s, r, pre, n, f, &sd, &e) < 0 || sd > tolerance(s, t->data_type))
-						continue;
-					const float *x = rebuild(s, r, pre, n, scratch(s, n), &e);
-					if (x && reldiff(x, f, n) <= tolerance(s, t->data_type))
-						return 1;
-				}
+				*r = (Recipe){ .tname = t->name, .kind = R_FOLD_W, .rest = cw->name + lp, .bn = bn };
+				if (fold_matches(s, r, t, pre, n, f))
+					return 1;
 			}
 		}
 		if (n == st.n) {
@@ -352,17 +361,9 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 						continue;
 					bias = cb->name + lp;
 				}
-				for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
-					*r = (Recipe){ .tname = t->name, .kind = R_FOLD_B, .bn = bn, .bias = bias, .eps = EPS[q] };
-					/* A sample first: most candidates (other convs,
-					 * other eps) fail on it without a full rebuild. */
-					double sd;
-					if (sample_diff(s, r, pre, n, f, &sd, &e) < 0 || sd > tolerance(s, t->data_type))
-						continue;
-					const float *x = rebuild(s, r, pre, n, scratch(s, n), &e);
-					if (x && reldiff(x, f, n) <= tolerance(s, t->data_type))
-						return 1;
-				}
+				*r = (Recipe){ .tname = t->name, .kind = R_FOLD_B, .bn = bn, .bias = bias };
+				if (fold_matches(s, r, t, pre, n, f))
+					return 1;
 				if (j == w->n)
 					break;
 			}
