@@ -261,21 +261,17 @@ static int find_expert(Ctx *c, Layer *L, int id, const NodeVec *scoped, Expert *
 
 /* ---- router ---- */
 
-/* The value through Cast/Identity/Reshape-free aliases: expert ids compared
- * with the indices may see a Cast first. */
-static int compared_ids(Ctx *c, const char *indices, int *ids, int maxid, Err *e)
+int moe_compared_ids(Ctx *c, const Graph *g, const char *indices, int *ids, int maxid)
 {
 	int n = 0;
-	Val *v = g_val(c->g, indices);
+	Val *v = g_val(g, indices);
 	if (!v)
 		return 0;
 	for (size_t u = 0; u < v->nuse; u++) {
 		Node *m = v->use[u].n;
 		if (g_is(m, "Cast") || g_is(m, "Identity")) {
-			int k = compared_ids(c, m->output[0], ids + n, maxid - n, e);
-			if (k < 0)
-				return -1;
-			n += k;
+			/* The input graph is checked acyclic before any pass. */
+			n += moe_compared_ids(c, v->use[u].g, m->output[0], ids + n, maxid - n);
 			continue;
 		}
 		if (!g_is(m, "Equal") || m->n_input != 2)
@@ -585,7 +581,7 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 		int npick = nt == 1;
 		for (size_t i = 0; i < nt && nt > 1; i++) {
 			int ids[4];
-			if (tk[i]->n_output > 1 && compared_ids(c, tk[i]->output[1], ids, 4, e) > 0) {
+			if (tk[i]->n_output > 1 && moe_compared_ids(c, c->g, tk[i]->output[1], ids, 4) > 0) {
 				if (!pick)
 					pick = tk[i];
 				npick++;
@@ -622,7 +618,7 @@ int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 		return errf(e, "layer %s: no node matches any expert path ('%s'); check `expert:`",
 			    s->scope, expert_path(c, s, 0));
 	int ids[1024];
-	int nids = compared_ids(c, L->indices, ids, 1024, e);
+	int nids = moe_compared_ids(c, c->g, L->indices, ids, 1024);
 	for (int i = 0; i < nids; i++) {
 		if (ids[i] < 0 || ids[i] >= s->experts)
 			return errf(e, "layer %s: the dispatch compares the router indices with %d, but experts: %d",

@@ -78,6 +78,9 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
 int fold_shape_ifs(Ctx *c, int dry, Err *e);
 
 /* Helpers shared by the MoE passes. */
+/* Expert ids the dispatch compares the router indices with (Equal against
+ * a constant, possibly after Cast/Identity); returns how many, at most max. */
+int moe_compared_ids(Ctx *c, const Graph *g, const char *indices, int *ids, int max);
 const char *expert_path(Ctx *c, const SpecLayer *s, int id); /* "model.0.experts.3" */
 int g_rank(const Graph *g, const char *name, int depth);     /* -1 unknown */
 

@@ -13,28 +13,6 @@ static int cmp_int(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Expert ids compared with `v` (through Cast/Identity), and whether any
- * comparison ends up gating an If. */
-static void compared(Ctx *c, Val *v, int *ids, int *n, int max, Map *seen)
-{
-	for (size_t u = 0; u < v->nuse; u++) {
-		Node *m = v->use[u].n;
-		if ((g_is(m, "Cast") || g_is(m, "Identity")) && !map_get(seen, m->output[0])) {
-			map_put(seen, m->output[0], (void *)1);
-			Val *w = g_val(v->use[u].g, m->output[0]);
-			if (w)
-				compared(c, w, ids, n, max, seen);
-			continue;
-		}
-		if (!g_is(m, "Equal"))
-			continue;
-		const char *other = strcmp(m->input[0], v->name) == 0 ? m->input[1] : m->input[0];
-		int64_t id;
-		if (g_const_ints(v->use[u].g, other, &id, 1) == 1 && *n < max)
-			ids[(*n)++] = (int)id;
-	}
-}
-
 /* If nodes whose condition derives from an Equal on the indices. */
 static int gated_ifs(Ctx *c, const char *indices)
 {
@@ -86,13 +64,7 @@ int moe_scan(Ctx *c, Report *r, Err *e)
 		Node *t = gp->node[i];
 		if (!g_is(t, "TopK") || t->n_output < 2)
 			continue;
-		Val *v = g_val(c->g, t->output[1]);
-		if (!v)
-			continue;
-		int ids[1024], n = 0;
-		Map seen;
-		map_init(&seen, c->a, 16);
-		compared(c, v, ids, &n, 1024, &seen);
+		int ids[1024], n = moe_compared_ids(c, c->g, t->output[1], ids, 1024);
 		if (!n)
 			continue;
 		qsort(ids, (size_t)n, sizeof *ids, cmp_int);
