@@ -7,26 +7,56 @@
 
 #include "moe.h"
 
-/* "experts.1" within a name becomes "experts.2": cloned nodes read like the
- * exporter's own, and count under the right module path. */
+/* Every path segment `from` within a name becomes `to`: "experts.1" in
+ * /model.11/fused/expert_projections.1/expert_projections.1.0/Conv names
+ * the expert at both levels. NULL when the name holds no such segment. */
 static const char *reseg(Ctx *c, const char *name, const char *from, const char *to)
 {
-	const char *p = strstr(name, from);
-	size_t lf = strlen(from);
-	while (p) {
-		char after = p[lf];
+	size_t lf = strlen(from), lt = strlen(to), ln = strlen(name), n = 0;
+	char *out = arena_alloc(c->a, ln + (ln / (lf ? lf : 1) + 1) * lt + 1);
+	int hits = 0;
+	for (const char *p = name; *p;) {
 		int start = p == name || p[-1] == '/' || p[-1] == '.';
-		if (start && (after == '/' || after == '.' || after == '_' || !after))
-			return arena_printf(c->a, "%.*s%s%s", (int)(p - name), name, to, p + lf);
-		p = strstr(p + 1, from);
+		char after = p[lf];
+		if (start && lf && strncmp(p, from, lf) == 0 && (after == '/' || after == '.' || after == '_' || !after)) {
+			memcpy(out + n, to, lt);
+			n += lt;
+			p += lf;
+			hits++;
+			continue;
+		}
+		out[n++] = *p++;
 	}
-	return arena_printf(c->a, "%s_%s", name, to);
+	out[n] = 0;
+	return hits ? out : NULL;
 }
 
+/* What names expert `id` among its siblings in node and value names:
+ * "expert_projections.3" of "fused_experts.expert_projections.{i}" (the
+ * pattern names show, else experts.yaml's). */
 static const char *seg(Ctx *c, const Layer *L, int id)
 {
-	const char *full = expert_path(c, L->spec, id);
-	return full + strlen(L->scope) + 1;
+	const char *pat = L->pattern ? L->pattern : L->spec->expert ? L->spec->expert : "experts.{i}";
+	const char *p = strstr(pat, "{i}"), *st = p;
+	if (!p)
+		return pat;
+	if (st > pat && st[-1] == '.')
+		for (st--; st > pat && st[-1] != '.'; st--)
+			;
+	return arena_printf(c->a, "%.*s%d", (int)(p - st), st, id);
+}
+
+/* A cloned node's name: the template's with the expert's segment renamed,
+ * or, when the template's name tells nothing (renamed or name-free
+ * exports), one of the exporter's form under the layer's module path. */
+static const char *clone_name(Ctx *c, const Layer *L, const Node *s, const char *from, const char *to, int id)
+{
+	const char *r = s->name ? reseg(c, s->name, from, to) : NULL;
+	if (r)
+		return r;
+	const char *full = expert_path(c, L->spec, id), *scope = L->spec->scope;
+	size_t n = strlen(scope);
+	return arena_printf(c->a, "/%s%s%s/%s", scope, n ? "/" : "", full + n + (n ? 1 : 0), s->op_type);
 }
 
 static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m, int id,
@@ -59,7 +89,7 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 	for (size_t i = 0; i < tpl->nnode; i++) {
 		const Node *s = tpl->node[i];
 		Node *n = g_clone_node(c, c->g, s);
-		n->name = (char *)g_fresh(c, reseg(c, s->name ? s->name : s->op_type, from, to));
+		n->name = (char *)g_fresh(c, clone_name(c, L, s, from, to, id));
 		for (size_t j = 0; j < n->n_input; j++) {
 			const char *r = over[i][j] ? over[i][j] : map_get(&ren, s->input[j]);
 			if (!r && strcmp(s->input[j], tpl->in) == 0)
@@ -70,7 +100,8 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 		for (size_t j = 0; j < n->n_output; j++) {
 			if (!*s->output[j])
 				continue;
-			n->output[j] = (char *)g_fresh(c, reseg(c, s->output[j], from, to));
+			const char *o = reseg(c, s->output[j], from, to);
+			n->output[j] = (char *)g_fresh(c, o ? o : arena_printf(c->a, "%s_output_%zu", n->name, j));
 			map_put(&ren, s->output[j], n->output[j]);
 		}
 	}
@@ -131,6 +162,9 @@ static const char *ones_shape(Emit *m, int rank)
 int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 {
 	int E = L->spec->experts, k = L->spec->top_k;
+	if (L->gen != c->gen)
+		return errf(e, "layer %s: internal error: detected on an index since rebuilt; please report this model",
+			    L->scope);
 	if (L->rank + 1 > 16)
 		return errf(e, "layer %s: expert outputs of rank %d are not supported", L->scope, L->rank);
 	if (c->opset < 11)
@@ -141,7 +175,9 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 		y[L->ex[i].id] = L->ex[i].out;
 
 	/* Missing experts, cloned from the first present one. */
-	lr->inserted = arena_alloc(c->a, (size_t)E * sizeof *lr->inserted);
+	int tplconvs = 0;
+	for (size_t j = 0; j < L->ex[0].nnode; j++)
+		tplconvs += g_is(L->ex[0].node[j], "Conv");
 	if ((int)L->nex < E) {
 		if (!w)
 			return errf(e, "layer %s: %d of %d experts are missing and no weights are given; set `weights:` in experts.yaml",
@@ -156,6 +192,8 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 			if (!(y[id] = clone_expert(c, L, &L->ex[0], &m, id, w, e)))
 				return -1;
 			lr->inserted[lr->ninserted++] = id;
+			lr->convs_after += tplconvs;
+			lr->nodes_after += (int)L->ex[0].nnode;
 		}
 	}
 
@@ -164,7 +202,7 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 		Expert *x = &L->ex[i];
 		for (size_t j = 0; j < x->nnode; j++) {
 			Node *n = x->node[j];
-			if (x->g != c->g)
+			if (x->g != c->g && g_graph_of(c, n) != c->g)
 				g_move_node(c, n, c->g);
 			for (size_t q = 0; q < n->n_input; q++)
 				if (strcmp(n->input[q], x->in) == 0)
@@ -173,7 +211,7 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	}
 
 	/* [B,E,...] stack, then per slot: GatherElements, weight, sum. */
-	Emit m = { c, arena_printf(c->a, "/%s/dense/", L->scope), NULL };
+	Emit m = { c, arena_printf(c->a, "/%s%sdense/", L->spec->scope, *L->spec->scope ? "/" : ""), NULL };
 	if (c->opset >= 13) {
 		int64_t one = 1;
 		m.one = g_add_init_i64(c, c->g, arena_printf(c->a, "%saxes_1", m.pfx), &one, 1, 0)->name;
@@ -185,6 +223,21 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	g_set_attr_i(c, last_node(c), "axis", 1);
 	const char *shape = emit(&m, "Shape", &u[0], 1);
 	const char *idx_shape = ones_shape(&m, L->rank + 1), *w_shape = ones_shape(&m, L->rank);
+	/* A condition the dispatch added to the id match (a weight threshold)
+	 * drops the slot it fails: the dense sum zeroes its weight. */
+	const char *weights = L->weights;
+	if (L->wmask) {
+		const char *cm;
+		if (c->opset >= 15) {
+			const char *in[] = { L->wmask, weights };
+			cm = emit(&m, "CastLike", in, 2);
+		} else {
+			cm = emit(&m, "Cast", &L->wmask, 1);
+			g_set_attr_i(c, last_node(c), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+		}
+		const char *in[] = { weights, cm };
+		weights = emit(&m, "Mul", in, 2);
+	}
 	const char *sum = NULL;
 	for (int j = 0; j < k; j++) {
 		int64_t jj = j;
@@ -199,9 +252,13 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 		const char *ge = emit(&m, "GatherElements", g1, 2);
 		g_set_attr_i(c, last_node(c), "axis", 1);
 		const char *sq = emit_axis1(&m, "Squeeze", ge);
-		const char *wj = emit_gather1(&m, L->weights, slot);
+		const char *wj = emit_gather1(&m, weights, slot);
 		const char *r2[] = { wj, w_shape };
 		const char *wr = emit(&m, "Reshape", r2, 2);
+		if (L->wcast) {
+			wr = emit(&m, "Cast", &wr, 1);
+			g_set_attr_i(c, last_node(c), "to", L->wcast);
+		}
 		const char *m1[] = { sq, wr };
 		const char *p = emit(&m, "Mul", m1, 2);
 		if (sum) {

@@ -1,147 +1,382 @@
-/* Detection: from a layer's scope to its router, experts and routed sum.
+/* Detection: every MoE layer of the model, from data flow alone.
  *
- * Exporters keep module paths in node names, so experts are found by name
- * (see path_match); the dispatch is then found by data flow, which is what
- * differs between traced (NonZero/Gather/ScatterElements), unique().tolist()
- * and scripted (If-gated) exports. */
+ * A router is a TopK whose indices, after ops that only move values
+ * (Reshape, Slice, Cast, ...), are compared with constant expert ids. From
+ * each comparison the dispatch of one expert is followed:
+ *  - rows form (traced): the match mask (possibly And-ed with a condition
+ *    on the weights) goes through NonZero; its batch coordinate gathers the
+ *    expert's input rows, batch and slot coordinates gather the routing
+ *    weight, and the expert's output times that weight is scattered into
+ *    the routed sum;
+ *  - masksum form (scripted, or traced without a row gather): the expert
+ *    runs on the whole input and is weighted by sum_j W[:,j]*(I[:,j]==id),
+ *    usually inside an If gated on the match.
+ * The expert's nodes are what lies between its input and the value
+ * multiplied by the weight. The routed sum is the end of the chain that
+ * accumulates exactly the weighted expert outputs (zeros, scatters, Adds,
+ * If branches), and nothing else.
+ *
+ * Each pattern is matched in full, or detection stops saying what it found:
+ * a layer half understood would be repaired wrong. Names play no part here;
+ * bind.c uses them to tie layers to experts.yaml. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "flow.h"
 #include "moe.h"
 
 const char *expert_path(Ctx *c, const SpecLayer *s, int id)
 {
 	const char *pat = s->expert ? s->expert : "experts.{i}";
 	const char *p = strstr(pat, "{i}");
+	const char *dot = *s->scope ? "." : "";
 	if (!p)
-		return arena_printf(c->a, "%s.%s", s->scope, pat);
-	return arena_printf(c->a, "%s.%.*s%d%s", s->scope, (int)(p - pat), pat, id, p + 3);
+		return arena_printf(c->a, "%s%s%s", s->scope, dot, pat);
+	return arena_printf(c->a, "%s%s%.*s%d%s", s->scope, dot, (int)(p - pat), pat, id, p + 3);
 }
 
-static int is_elementwise(const Node *n)
+/* ---- small predicates ---- */
+
+static const char *nin(const Node *n, size_t i)
 {
-	static const char *ops[] = { "Add", "Sub", "Mul", "Div", "Cast", "Softmax", "Sigmoid", "Clip",
-				     "Pow", "Sqrt", "Exp", "Neg", "Reciprocal", "Identity", "Relu", "Abs",
-				     "Max", "Min", "LogSoftmax", NULL };
+	return i < n->n_input ? n->input[i] : "";
+}
+
+static Node *def_of(const Graph *g, const char *name)
+{
+	Val *v = *name ? g_val(g, name) : NULL;
+	return v ? v->def : NULL;
+}
+
+/* A one-element integer constant (scalar or [1]). */
+static int const_int1(const Graph *g, const char *name, int64_t *v)
+{
+	return *name && g_const_ints(g, name, v, 1) == 1;
+}
+
+/* Constants and values computed from constants alone (unfolded exports
+ * keep Unsqueeze(weight) and the like). Bounded: deeper chains count as
+ * not constant, which only makes detection stricter. */
+static int is_const(const Graph *g, const char *name, int depth)
+{
+	if (!*name)
+		return 1;
+	Val *v = g_val(g, name);
+	if (!v || v->isin)
+		return 0;
+	if (v->init)
+		return 1;
+	Node *n = v->def;
+	if (!n || depth > 8)
+		return 0;
+	if (g_is(n, "Constant"))
+		return 1;
+	if (g_is(n, "Shape") || g_is(n, "Size") || g_attr(n, "then_branch") || g_attr(n, "body"))
+		return 0;
+	for (size_t i = 0; i < n->n_input; i++)
+		if (!is_const(v->g, n->input[i], depth + 1))
+			return 0;
+	return 1;
+}
+
+/* Ops that only move or reinterpret the values of their data input. */
+static int moves(const Node *n, int slot, const Graph *g)
+{
+	if (slot != 0)
+		return g_is(n, "Concat") && n->n_input == 1;
+	static const char *ops[] = { "Reshape", "Flatten", "Unsqueeze", "Squeeze", "Slice", "Split", "Transpose",
+				     "Cast", "Identity", "Expand", "Concat", NULL };
 	for (const char **o = ops; *o; o++)
 		if (g_is(n, *o))
-			return 1;
+			return !g_is(n, "Concat") || n->n_input == 1;
+	int64_t k;
+	return g_is(n, "Gather") && const_int1(g, nin(n, 1), &k);
+}
+
+/* v stripped of ops that keep its elements (casts, reshapes to the same
+ * elements): the value a pattern sees through them. */
+static const char *strip(const Graph *g, const char *v, Node **last)
+{
+	for (int d = 0; d < 16; d++) {
+		Node *n = def_of(g, v);
+		if (!n || !(g_is(n, "Cast") || g_is(n, "Identity") || g_is(n, "Squeeze") || g_is(n, "Unsqueeze") ||
+			    g_is(n, "Reshape") || g_is(n, "Flatten") || (g_is(n, "Expand"))))
+			break;
+		if (last)
+			*last = n;
+		v = n->input[0];
+	}
+	return v;
+}
+
+/* ---- NonZero coordinates ---- */
+
+/* Which coordinate of NonZero z the value v holds: z is [r, n]; the
+ * exporter takes column c of its transpose (Split along 1, or Gather), or
+ * row c of z itself. -1 when v is no such coordinate. */
+static int nz_coord(const Graph *g, const char *v, Node **z)
+{
+	v = strip(g, v, NULL);
+	Node *n = def_of(g, v);
+	if (!n)
+		return -1;
+	int64_t j;
+	Node *src = NULL;
+	int c = -1, transposed = 0;
+	if (g_is(n, "Split") && n->n_output >= 1) {
+		int64_t axis = g_attr_i(n, "axis", 0);
+		for (size_t o = 0; o < n->n_output; o++)
+			if (strcmp(n->output[o], v) == 0)
+				c = (int)o;
+		if (axis != 1)
+			return -1;
+		/* Unit splits only: each output is one column. */
+		int64_t sp[8];
+		const Onnx__AttributeProto *a = g_attr(n, "split");
+		long ns = a ? (long)a->n_ints : n->n_input > 1 && *n->input[1] ? g_const_ints(g, n->input[1], sp, 8) : -2;
+		for (long i = 0; a && i < ns && i < 8; i++)
+			sp[i] = a->ints[i];
+		for (long i = 0; i < ns && i < 8; i++)
+			if (sp[i] != 1)
+				return -1;
+		src = def_of(g, n->input[0]);
+		transposed = 1;
+	} else if (g_is(n, "Gather") && const_int1(g, nin(n, 1), &j) && j >= 0 && j < 16) {
+		c = (int)j;
+		src = def_of(g, n->input[0]);
+		transposed = g_attr_i(n, "axis", 0) == 1;
+		if (!transposed && g_attr_i(n, "axis", 0) != 0)
+			return -1;
+	} else if (g_is(n, "Slice") && n->n_input >= 4) {
+		int64_t s, e, ax;
+		if (!const_int1(g, n->input[1], &s) || !const_int1(g, n->input[2], &e) ||
+		    !const_int1(g, n->input[3], &ax) || e != s + 1 || s < 0 || s > 16)
+			return -1;
+		c = (int)s;
+		src = def_of(g, n->input[0]);
+		transposed = ax == 1;
+		if (!transposed && ax != 0)
+			return -1;
+	} else {
+		return -1;
+	}
+	if (c < 0 || !src)
+		return -1;
+	if (transposed) {
+		if (!g_is(src, "Transpose"))
+			return -1;
+		const Onnx__AttributeProto *p = g_attr(src, "perm");
+		if (p && (p->n_ints != 2 || p->ints[0] != 1 || p->ints[1] != 0))
+			return -1;
+		src = def_of(g, src->input[0]);
+	}
+	if (!src || !g_is(src, "NonZero"))
+		return -1;
+	*z = src;
+	return c;
+}
+
+/* ---- the index views and the dispatch comparisons ---- */
+
+typedef struct {
+	Node **eq;      /* Equal nodes comparing a view with a constant id */
+	int64_t *id;
+	const char **view;
+	size_t n, cap;
+	int dense;      /* a view indexes GatherElements: the dense form */
+	Arena *a;
+} Views;
+
+static unsigned view_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
+{
+	Views *w = ud;
+	Graph *g = g_graph_of(c, n);
+	if (g_is(n, "Equal") && slot >= 0) {
+		int64_t id;
+		if (!const_int1(g, nin(n, 1 - slot), &id))
+			return 0;
+		if (w->n == w->cap) {
+			size_t cap = w->cap ? w->cap * 2 : 16;
+			w->eq = arena_grow(w->a, w->eq, w->n * sizeof *w->eq, cap * sizeof *w->eq);
+			w->id = arena_grow(w->a, w->id, w->n * sizeof *w->id, cap * sizeof *w->id);
+			w->view = arena_grow(w->a, w->view, w->n * sizeof *w->view, cap * sizeof *w->view);
+			w->cap = cap;
+		}
+		w->eq[w->n] = n;
+		w->id[w->n] = id;
+		w->view[w->n++] = v;
+		return 0;
+	}
+	if (g_is(n, "GatherElements") && slot == 1) {
+		w->dense = 1;
+		return 0;
+	}
+	return moves(n, slot, g) ? ~0u : 0;
+}
+
+/* ---- one expert's dispatch ---- */
+
+typedef struct {
+	Arena *a;
+	Node **nz;       /* NonZero nodes reading the mask */
+	size_t nnz;
+	Node **ifs;      /* If nodes whose condition derives from the mask */
+	size_t nifs;
+	Node *wsum;      /* Mul(W, Cast(mask)) of the masksum form */
+	const char *wsum_w;
+	const char *andc; /* the other operand of an And with the mask */
+	Node *odd;        /* a use the patterns do not know */
+	Map *mask;        /* values derived from the match */
+} Mask;
+
+static void push(Arena *a, Node ***v, size_t *n, Node *x)
+{
+	for (size_t i = 0; i < *n; i++)
+		if ((*v)[i] == x)
+			return;
+	*v = arena_grow(a, *v, *n * sizeof **v, (*n + 1) * sizeof **v);
+	(*v)[(*n)++] = x;
+}
+
+static unsigned mask_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
+{
+	Mask *m = ud;
+	Graph *g = g_graph_of(c, n);
+	(void)v;
+	if (slot < 0)
+		return 0; /* a body reads it: its own uses inside are walked too */
+	if (g_is(n, "And") || g_is(n, "Or")) {
+		const char *o = nin(n, 1 - slot);
+		if (!map_get(m->mask, o)) {
+			if (g_is(n, "Or") || (m->andc && strcmp(m->andc, o) != 0))
+				m->odd = n;
+			m->andc = o;
+		}
+		return ~0u;
+	}
+	if (g_is(n, "NonZero")) {
+		push(m->a, &m->nz, &m->nnz, n);
+		return 0;
+	}
+	if (g_is(n, "If")) {
+		if (slot == 0)
+			push(m->a, &m->ifs, &m->nifs, n);
+		return 0;
+	}
+	if (g_is(n, "Mul") && slot >= 0) {
+		/* Bool masks are cast before they meet the weights. */
+		const char *o = nin(n, 1 - slot);
+		if (!map_get(m->mask, o) && !m->wsum) {
+			m->wsum = n;
+			m->wsum_w = o;
+		} else if (m->wsum != n) {
+			m->odd = n;
+		}
+		return 0;
+	}
+	if (g_is(n, "ReduceSum") || g_is(n, "ReduceMax") || g_is(n, "ReduceMin") || g_is(n, "ReduceProd") ||
+	    g_is(n, "ReduceMean") || g_is(n, "Not"))
+		return ~0u; /* "any": only ever gates an If */
+	if ((g_is(n, "Greater") || g_is(n, "GreaterOrEqual") || g_is(n, "Less") || g_is(n, "LessOrEqual") ||
+	     g_is(n, "Equal")) && slot >= 0 && is_const(g, nin(n, 1 - slot), 0))
+		return ~0u;
+	if (g_is(n, "Shape") || g_is(n, "Size"))
+		return 0;
+	if (moves(n, slot, g))
+		return ~0u;
+	m->odd = n;
 	return 0;
 }
 
-static int rank_rec(const Graph *g, const char *name, int depth, int *cut);
+/* Index values derived from a NonZero, and the gathers and scatters they
+ * index. */
+typedef struct {
+	Arena *a;
+	Node **use;   /* Gather / GatherND / ScatterElements / ScatterND reading them as index */
+	size_t nuse;
+} Coords;
 
-/* Ranks are memoised by value name across reindexing (passes keep a
- * value's rank when they rewrite it): without the memo each layer's query
- * walks back through every earlier layer's experts, exponentially in the
- * number of layers. A result cut short by the depth bound is not kept,
- * nor an unknown rank, which folding an If can make known. */
-int g_rank(const Graph *g, const char *name, int depth)
+static unsigned coord_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 {
-	int cut = 0;
-	return rank_rec(g, name, depth, &cut);
+	Coords *k = ud;
+	(void)v;
+	if (slot < 0 || g_is(n, "Shape") || g_is(n, "Size"))
+		return 0;
+	if ((g_is(n, "Gather") || g_is(n, "GatherND") || g_is(n, "GatherElements")) && slot == 1) {
+		push(k->a, &k->use, &k->nuse, n);
+		return 0;
+	}
+	if ((g_is(n, "ScatterElements") || g_is(n, "ScatterND")) && slot == 1) {
+		push(k->a, &k->use, &k->nuse, n);
+		return 0;
+	}
+	static const char *ops[] = { "Transpose", "Split", "Squeeze", "Unsqueeze", "Gather", "Slice", "Cast",
+				     "Identity", "Reshape", "Add", "Mul", "Expand", "Concat", "Flatten", NULL };
+	for (const char **o = ops; *o; o++)
+		if (g_is(n, *o))
+			return ~0u;
+	return 0;
 }
 
-static int rank_calc(const Graph *g, const char *name, int depth, int *cut);
-
-static int rank_rec(const Graph *g, const char *name, int depth, int *cut)
+/* The [B,k] weights behind a gather of one weight per selected (row, slot):
+ * Gather(Flatten(T), row*dim1(T) + slot) or GatherND(T, [row, slot]).
+ * NULL when n is no such gather. */
+static const char *weight_source(const Graph *g, Node *n, Node *z)
 {
-	if (depth > 256) {
-		*cut = 1;
-		return -1;
+	Node *zz = NULL;
+	if (g_is(n, "GatherND")) {
+		if (g_attr_i(n, "batch_dims", 0) != 0)
+			return NULL;
+		Node *cat = def_of(g, n->input[1]);
+		if (!cat || !g_is(cat, "Concat") || cat->n_input != 2)
+			return NULL;
+		if (nz_coord(g, cat->input[0], &zz) != 0 || zz != z || nz_coord(g, cat->input[1], &zz) != 1 || zz != z)
+			return NULL;
+		return n->input[0];
 	}
-	void *m = g->rank ? map_get(g->rank, name) : NULL;
-	if (m)
-		return (int)(intptr_t)m - 2;
-	int sub = 0, r = rank_calc(g, name, depth, &sub);
-	if (sub)
-		*cut = 1;
-	else if (g->rank && r >= 0) /* unknown may become known when a pass folds an If */
-		map_put(g->rank, name, (void *)(intptr_t)(r + 2));
-	return r;
-}
-
-static int rank_calc(const Graph *g, const char *name, int depth, int *cut)
-{
-	Val *v = g_val(g, name);
-	if (!v)
-		return -1;
-	if (v->init)
-		return (int)v->init->n_dims;
-	if (v->shape)
-		return (int)v->shape->n_dim;
-	Node *n = v->def;
-	/* Every rule below but Constant's reads input 0, some input 1: a node
-	 * short of inputs (malformed) has no rank to tell. */
-	if (!n || (n->n_input == 0 && !g_is(n, "Constant")))
-		return -1;
-	const Graph *ng = v->g;
-	if (g_is(n, "Reshape") || g_is(n, "ConstantOfShape") || g_is(n, "Expand")) {
-		/* Target shape: a constant, or Shape(y) of a tensor of known rank. */
-		if (!g_is(n, "ConstantOfShape") && n->n_input < 2)
-			return -1;
-		const char *sh = n->input[g_is(n, "ConstantOfShape") ? 0 : 1];
-		const Tensor *t = g_const(ng, sh);
-		if (t && t->n_dims == 1)
-			return (int)t->dims[0];
-		Val *sv = g_val(ng, sh);
-		if (sv && sv->def && g_is(sv->def, "Shape") && !g_attr(sv->def, "start") && !g_attr(sv->def, "end"))
-			return rank_rec(ng, sv->def->input[0], depth + 1, cut);
-		return -1;
+	if (!g_is(n, "Gather") || g_attr_i(n, "axis", 0) != 0)
+		return NULL;
+	Node *f = def_of(g, n->input[0]);
+	if (!f || !(g_is(f, "Flatten") || g_is(f, "Reshape")))
+		return NULL;
+	if (g_is(f, "Flatten") && g_attr_i(f, "axis", 1) != 2)
+		return NULL;
+	if (g_is(f, "Reshape")) {
+		int64_t s[2];
+		long k = g_const_ints(g, nin(f, 1), s, 2);
+		if (!(k == 1 && s[0] == -1) && !(k == 2 && s[0] == -1 && s[1] == 1))
+			return NULL;
 	}
-	if (g_is(n, "Constant")) {
-		const Tensor *t = g_const(ng, n->output[0]);
-		return t ? (int)t->n_dims : -1;
-	}
-	if (g_is(n, "Unsqueeze") || g_is(n, "Squeeze")) {
-		int64_t ax[16];
-		long k = -1;
-		const Onnx__AttributeProto *a = g_attr(n, "axes");
-		if (a)
-			k = (long)a->n_ints;
-		else if (n->n_input > 1)
-			k = g_const_ints(ng, n->input[1], ax, 16);
-		int r = rank_rec(ng, n->input[0], depth + 1, cut);
-		if (r < 0 || k < 0)
-			return -1;
-		return g_is(n, "Unsqueeze") ? r + (int)k : r - (int)k;
-	}
-	if (g_is(n, "Shape"))
-		return 1;
-	if (g_is(n, "NonZero"))
-		return 2;
-	if (g_is(n, "Flatten"))
-		return 2;
-	if (g_is(n, "Gather")) {
-		if (n->n_input < 2)
-			return -1;
-		int r = rank_rec(ng, n->input[0], depth + 1, cut), q = rank_rec(ng, n->input[1], depth + 1, cut);
-		return r < 0 || q < 0 ? -1 : r + q - 1;
-	}
-	if (g_is(n, "Transpose") || g_is(n, "Concat") || g_is(n, "Split") || g_is(n, "TopK") ||
-	    g_is(n, "Conv") || g_is(n, "ConvTranspose") || g_is(n, "BatchNormalization") ||
-	    g_is(n, "InstanceNormalization") || g_is(n, "GroupNormalization") ||
-	    g_is(n, "LayerNormalization") || g_is(n, "MaxPool") || g_is(n, "AveragePool") ||
-	    g_is(n, "GlobalAveragePool") || g_is(n, "Slice") || g_is(n, "Resize") ||
-	    g_is(n, "Pad") || g_is(n, "GatherElements") || g_is(n, "ScatterElements") ||
-	    g_is(n, "ScatterND") || g_is(n, "Where") || g_is(n, "Softmax"))
-		return n->n_input < (g_is(n, "Where") ? 2u : 1u) ? -1
-								 : rank_rec(ng, n->input[g_is(n, "Where") ? 1 : 0], depth + 1, cut);
-	if (is_elementwise(n) || g_is(n, "Equal")) {
-		int best = -1;
-		for (size_t i = 0; i < n->n_input; i++) {
-			int r = rank_rec(ng, n->input[i], depth + 1, cut);
-			if (r < 0)
-				return -1;
-			if (r > best)
-				best = r;
+	const char *t = f->input[0];
+	/* index = slot + row * dim1(T), either operand order */
+	Node *add = def_of(g, strip(g, n->input[1], NULL));
+	if (!add || !g_is(add, "Add"))
+		return NULL;
+	for (int s = 0; s < 2; s++) {
+		if (nz_coord(g, add->input[s], &zz) != 1 || zz != z)
+			continue;
+		Node *mul = def_of(g, strip(g, add->input[1 - s], NULL));
+		if (!mul || !g_is(mul, "Mul"))
+			return NULL;
+		for (int r = 0; r < 2; r++) {
+			if (nz_coord(g, mul->input[r], &zz) != 0 || zz != z)
+				continue;
+			const char *d = strip(g, mul->input[1 - r], NULL);
+			Node *gd = def_of(g, d);
+			int64_t one;
+			if (gd && g_is(gd, "Gather") && const_int1(g, nin(gd, 1), &one) && one == 1) {
+				Node *sh = def_of(g, gd->input[0]);
+				if (sh && g_is(sh, "Shape") && strcmp(sh->input[0], t) == 0 && !g_attr(sh, "start"))
+					return t;
+			}
+			return NULL;
 		}
-		return best;
 	}
-	return -1;
+	return NULL;
 }
 
-/* ---- expert collection ---- */
+/* ---- the expert's nodes ---- */
 
 typedef struct {
 	Node **v;
@@ -159,16 +394,6 @@ static void nv_push(NodeVec *nv, Node *n)
 	nv->v[nv->n++] = n;
 }
 
-static void collect_named(Graph *g, const char *mod, NodeVec *out)
-{
-	Onnx__GraphProto *gp = g->gp;
-	for (size_t i = 0; i < gp->n_node; i++)
-		if (gp->node[i]->name && path_match(gp->node[i]->name, mod))
-			nv_push(out, gp->node[i]);
-	for (size_t i = 0; i < g->nsub; i++)
-		collect_named(g->sub[i], mod, out);
-}
-
 static int cmp_pos(const void *a, const void *b, void *ctx)
 {
 	const Ctx *c = ctx;
@@ -176,525 +401,731 @@ static int cmp_pos(const void *a, const void *b, void *ctx)
 	return x < y ? -1 : x > y;
 }
 
-static int in_set(const PMap *set, const Node *n)
+/* The nodes between the expert's input and `out`: walked back from out,
+ * stopping at `stop` (the gathered rows), at constants, at values defined
+ * outside out's graph, and, in the main graph, before position `low` (the
+ * dispatch comparison: the exporter emits an expert after its dispatch).
+ * What it reads from outside besides constants is its input; more than one
+ * such value is an error. */
+static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, const char *hint_in, Err *e)
 {
-	return pmap_get(set, n) != NULL;
-}
-
-/* Finds expert `id`'s nodes, its one input and its one output. Returns 0
- * when the expert is absent, 1 when found, -1 on error. */
-static int find_expert(Ctx *c, Layer *L, int id, const NodeVec *scoped, Expert *x, Err *e)
-{
-	const char *mod = expert_path(c, L->spec, id);
+	/* out may live in a body: look it up where the product is. */
+	Val *ov = g_val(g_graph_of(c, x->mul), x->out);
+	Graph *g = NULL;
+	if (!ov || !ov->def)
+		return errf(e, "layer %s: expert %d's output '%s' has no producer", L->scope, x->id, x->out);
+	g = ov->g;
+	PMap seen;
+	pmap_init(&seen, c->ia, 64);
 	NodeVec nv = { .a = c->a };
-	for (size_t i = 0; i < scoped->n; i++)
-		if (path_match(scoped->v[i]->name, mod))
-			nv_push(&nv, scoped->v[i]);
-	if (!nv.n)
-		return 0;
-	Graph *g = g_graph_of(c, nv.v[0]);
-	for (size_t i = 1; i < nv.n; i++)
-		if (g_graph_of(c, nv.v[i]) != g)
-			return errf(e, "layer %s: nodes of expert %d ('%s') lie in different subgraphs; set input/output in experts.yaml",
-				    L->scope, id, mod);
-	PMap set;
-	pmap_init(&set, c->a, nv.n * 2);
-	for (size_t i = 0; i < nv.n; i++)
-		pmap_put(&set, nv.v[i], (void *)1);
-	/* Unnamed Constant nodes feeding only this expert belong to it. */
-	for (size_t i = 0; i < nv.n; i++) {
-		Node *n = nv.v[i];
-		for (size_t j = 0; j < n->n_input; j++) {
-			Val *v = g_val(g, n->input[j]);
-			if (!v || !v->def || in_set(&set, v->def) || !g_is(v->def, "Constant"))
-				continue;
-			int only = 1;
-			for (size_t u = 0; u < v->nuse && only; u++)
-				only = in_set(&set, v->use[u].n);
-			if (only) {
-				pmap_put(&set, v->def, (void *)1);
-				nv_push(&nv, v->def);
-			}
-		}
-	}
-	qsort_r(nv.v, nv.n, sizeof *nv.v, cmp_pos, c);
-	const char *in = NULL, *out = NULL;
-	for (size_t i = 0; i < nv.n; i++) {
-		Node *n = nv.v[i];
-		for (size_t j = 0; j < n->n_input; j++) {
-			const char *name = n->input[j];
-			Val *v = g_val(g, name);
-			if (!*name || !v || (v->def && in_set(&set, v->def)) || g_const(g, name))
-				continue;
-			if (in && strcmp(in, name) != 0)
+	const char **todo = NULL;
+	size_t nt = 0, ct = 0;
+	const char *input = NULL;
+#define TODO(s)                                                                                 \
+	do {                                                                                    \
+		if (nt == ct) {                                                                 \
+			size_t nc = ct ? ct * 2 : 32;                                           \
+			todo = arena_grow(c->ia, todo, ct * sizeof *todo, nc * sizeof *todo);   \
+			ct = nc;                                                                \
+		}                                                                               \
+		todo[nt++] = (s);                                                               \
+	} while (0)
+	TODO(x->out);
+	while (nt) {
+		const char *v = todo[--nt];
+		if (!*v)
+			continue;
+		Val *vv = g_val(g, v);
+		int leaf = !vv || !vv->def || vv->g != g || (stop && strcmp(v, stop) == 0) ||
+			   (g == c->g && g_pos(c, vv->def) < low);
+		if (!leaf && pmap_get(&seen, vv->def))
+			continue;
+		if (leaf) {
+			if ((stop && strcmp(v, stop) == 0) || is_const(g, v, 0))
+				;
+			else if (!input || strcmp(input, v) == 0)
+				input = v;
+			else if (hint_in && (strcmp(v, hint_in) == 0 || strcmp(input, hint_in) == 0))
+				input = hint_in;
+			else
 				return errf(e, "layer %s: expert %d reads two tensors from outside ('%s' and '%s'); set `input:` in experts.yaml",
-					    L->scope, id, in, name);
-			in = name;
+					    L->scope, x->id, input, v);
+			continue;
 		}
-		for (size_t j = 0; j < n->n_output; j++) {
-			Val *v = g_val(g, n->output[j]);
-			int outside = v && v->isout;
-			for (size_t u = 0; v && u < v->nuse && !outside; u++)
-				outside = !in_set(&set, v->use[u].n);
-			if (!outside)
-				continue;
-			if (out && strcmp(out, n->output[j]) != 0)
-				return errf(e, "layer %s: expert %d has two outputs ('%s' and '%s'); set `output:` in experts.yaml",
-					    L->scope, id, out, n->output[j]);
-			out = n->output[j];
-		}
+		Node *n = vv->def;
+		pmap_put(&seen, n, (void *)1);
+		nv_push(&nv, n);
+		for (size_t j = 0; j < n->n_input; j++)
+			TODO(n->input[j]);
+		for (size_t k = 0; k < g->nsub; k++)
+			if (g->sub[k]->owner == n)
+				for (size_t j = 0; j < g->sub[k]->nouter; j++)
+					TODO(g->sub[k]->outer[j]);
 	}
-	if (!in || !out)
-		return errf(e, "layer %s: expert %d ('%s', %zu nodes) has no %s; check the scope and `expert:` pattern",
-			    L->scope, id, mod, nv.n, in ? "output" : "input");
-	x->id = id;
+#undef TODO
+	if (stop && input)
+		return errf(e, "layer %s: expert %d reads '%s' besides its gathered rows '%s'; set `input:` in experts.yaml",
+			    L->scope, x->id, input, stop);
+	if (!stop && !input)
+		return errf(e, "layer %s: expert %d reads no tensor but constants; cannot tell its input", L->scope, x->id);
+	qsort_r(nv.v, nv.n, sizeof *nv.v, cmp_pos, c);
 	x->node = nv.v;
 	x->nnode = nv.n;
 	x->g = g;
-	x->in = in;
-	x->out = out;
+	x->in = stop ? stop : input;
 	for (Graph *h = g; h && h->parent; h = h->parent)
 		if (!h->parent->parent)
 			x->gate = h->owner;
-	return 1;
-}
-
-/* ---- router ---- */
-
-int moe_compared_ids(Ctx *c, const Graph *g, const char *indices, int *ids, int maxid)
-{
-	int n = 0;
-	Val *v = g_val(g, indices);
-	if (!v)
-		return 0;
-	for (size_t u = 0; u < v->nuse; u++) {
-		Node *m = v->use[u].n;
-		if (g_is(m, "Cast") || g_is(m, "Identity")) {
-			/* The input graph is checked acyclic before any pass. */
-			n += moe_compared_ids(c, v->use[u].g, m->output[0], ids + n, maxid - n);
-			continue;
-		}
-		if (!g_is(m, "Equal") || m->n_input != 2)
-			continue;
-		const char *other = strcmp(m->input[0], indices) == 0 ? m->input[1] : m->input[0];
-		int64_t id;
-		if (g_const_ints(v->use[u].g, other, &id, 1) != 1)
-			continue;
-		if (n < maxid)
-			ids[n++] = (int)id;
-	}
-	return n;
-}
-
-static Node **topks_in(Ctx *c, const char *scope, size_t *n)
-{
-	NodeVec nv = { .a = c->a };
-	Onnx__GraphProto *gp = c->g->gp;
-	for (size_t i = 0; i < gp->n_node; i++) {
-		Node *m = gp->node[i];
-		if (g_is(m, "TopK") && (!scope || (m->name && path_match(m->name, scope))))
-			nv_push(&nv, m);
-	}
-	*n = nv.n;
-	return nv.v;
-}
-
-/* Backward set of values feeding `name` as seen from graph g, bounded. */
-static void ancestors(const Graph *g, const char *name, Map *out, int depth)
-{
-	if (depth > 64 || !*name || map_get(out, name))
-		return;
-	map_put(out, name, (void *)1);
-	Val *v = g_val(g, name);
-	if (!v || !v->def)
-		return;
-	for (size_t i = 0; i < v->def->n_input; i++)
-		ancestors(v->g, v->def->input[i], out, depth + 1);
-	/* An If reads outer values from its bodies. */
-	for (size_t k = 0; k < v->g->nsub; k++)
-		if (v->g->sub[k]->owner == v->def)
-			for (size_t i = 0; i < v->g->sub[k]->nouter; i++)
-				ancestors(v->g, v->g->sub[k]->outer[i], out, depth + 1);
-}
-
-/* Values of the main graph computed from L->indices, by one forward sweep
- * over the layer's span: the per-value backward walk (ancestors) goes
- * through every earlier layer, once per node asked about. */
-static Map *index_descendants(Ctx *c, const Layer *L)
-{
-	Map *d = arena_alloc(c->ia, sizeof *d);
-	map_init(d, c->ia, 64);
-	map_put(d, L->indices, (void *)1);
-	Onnx__GraphProto *gp = c->g->gp;
-	size_t from = L->topk && g_graph_of(c, L->topk) == c->g ? g_pos(c, L->topk) : 0;
-	for (size_t i = from; i < L->end && i < gp->n_node; i++) {
-		Node *n = gp->node[i];
-		int hit = 0;
-		for (size_t j = 0; j < n->n_input && !hit; j++)
-			hit = map_get(d, n->input[j]) != NULL;
-		for (size_t k = 0; k < c->g->nsub && !hit && n->n_attribute; k++)
-			if (c->g->sub[k]->owner == n)
-				for (size_t j = 0; j < c->g->sub[k]->nouter && !hit; j++)
-					hit = map_get(d, c->g->sub[k]->outer[j]) != NULL;
-		if (hit)
-			for (size_t j = 0; j < n->n_output; j++)
-				if (*n->output[j])
-					map_put(d, n->output[j], (void *)1);
-	}
-	return d;
-}
-
-static int derives_from(Ctx *c, const Graph *g, const char *name, const char *root)
-{
-	Map anc;
-	map_init(&anc, c->a, 64);
-	ancestors(g, name, &anc, 0);
-	return map_get(&anc, root) != NULL;
-}
-
-/* The [B,k] weights the dispatch multiplies expert outputs by: the latest
- * value reached from the TopK values (or a gather of the probabilities by
- * the TopK indices) through elementwise ops, which the dispatch reads. */
-static const char *find_weights(Ctx *c, Layer *L, const Graph *g, const char *wop, Map *desc)
-{
-	Map anc;
-	map_init(&anc, c->a, 128);
-	ancestors(g, wop, &anc, 0);
-	const char *best = NULL;
-	size_t bestpos = 0;
-	Map closure;
-	map_init(&closure, c->a, 32);
-	const char *seed[8];
-	size_t ns = 0;
-	seed[ns++] = L->topk->output[0];
-	Val *iv = g_val(c->g, L->indices);
-	for (size_t u = 0; iv && u < iv->nuse && ns < 8; u++)
-		if (g_is(iv->use[u].n, "GatherElements") && strcmp(iv->use[u].n->input[1], L->indices) == 0)
-			seed[ns++] = iv->use[u].n->output[0];
-	/* Values in graph order: one forward sweep computes the closure. */
-	for (size_t s = 0; s < ns; s++)
-		map_put(&closure, seed[s], (void *)1);
-	Onnx__GraphProto *gp = c->g->gp;
-	/* Nothing before the TopK derives from it: each layer's sweep starts
-	 * there, not at the top of the model. */
-	size_t from = g_graph_of(c, L->topk) == c->g ? g_pos(c, L->topk) : 0;
-	for (size_t i = from; i < L->end; i++) {
-		Node *n = gp->node[i];
-		int inc = 0, bad = 0;
-		for (size_t j = 0; j < n->n_input; j++) {
-			if (map_get(&closure, n->input[j]))
-				inc = 1;
-		}
-		if (inc && is_elementwise(n)) {
-			for (size_t j = 0; j < n->n_input; j++)
-				if (!map_get(&closure, n->input[j]) && map_get(desc, n->input[j]))
-					bad = 1;
-			if (!bad)
-				map_put(&closure, n->output[0], (void *)1);
-		}
-	}
-	for (size_t s = 0; s < ns; s++)
-		if (map_get(&anc, seed[s]) && !best)
-			best = seed[s];
-	for (size_t i = from; i < L->end; i++) {
-		Node *n = gp->node[i];
-		if (n->n_output && map_get(&closure, n->output[0]) && map_get(&anc, n->output[0]) &&
-		    g_pos(c, n) + 1 > bestpos) {
-			best = n->output[0];
-			bestpos = g_pos(c, n) + 1;
-		}
-	}
-	return best;
-}
-
-/* The operand an expert output is multiplied by: the first Mul reached
- * from the output (possibly inside the gating If's body). */
-static const char *weight_operand(Ctx *c, const Expert *x, const char **mulout)
-{
-	Val *v = g_val(x->g, x->out);
-	for (size_t u = 0; v && u < v->nuse; u++) {
-		Node *m = v->use[u].n;
-		if (g_is(m, "Mul") && m->n_input == 2) {
-			*mulout = m->output[0];
-			return strcmp(m->input[0], x->out) == 0 ? m->input[1] : m->input[0];
-		}
-	}
-	return NULL;
+	return 0;
 }
 
 /* ---- the routed sum ---- */
 
-static int accumulates(Ctx *c, Node *n, Map *dep, const Layer *L)
-{
-	Graph *g = c->g;
-#define LIVE(name) (g_is_zero(g, name) || map_get(dep, name))
-	if (g_is(n, "Add") || g_is(n, "Sum")) {
-		for (size_t i = 0; i < n->n_input; i++)
-			if (!LIVE(n->input[i]))
-				return 0;
-		return 1;
-	}
-	if (g_is(n, "ScatterElements") || g_is(n, "ScatterND"))
-		return n->n_input == 3 && LIVE(n->input[0]) && map_get(dep, n->input[2]);
-	if (g_is(n, "Where"))
-		return n->n_input == 3 && LIVE(n->input[1]) && LIVE(n->input[2]);
-	if (g_is(n, "If"))
-		for (size_t k = 0; k < L->nex; k++)
-			if (L->ex[k].gate == n)
-				return 1;
-	return 0;
-#undef LIVE
-}
+/* Classes of values in the accumulation: partial sums carry the set of
+ * experts whose contributions they hold. */
+typedef struct {
+	uint64_t *bits; /* per value: which experts (index into L->ex) */
+	int contrib;    /* a view of one contribution, not yet summed */
+} Acc;
 
-static size_t words(const Layer *L)
-{
-	return L->nex / 64 + 1;
-}
+typedef struct {
+	Ctx *c;
+	Layer *L;
+	Map acc;        /* value -> Acc* */
+	size_t words;
+	Map pend;       /* node -> pending re-evaluation */
+} AccWalk;
 
-static uint64_t *bits_or(Ctx *c, const Layer *L, uint64_t *a, const uint64_t *b)
+static Acc *acc_new(AccWalk *w)
 {
-	if (!b)
-		return a;
-	if (!a)
-		a = arena_alloc(c->ia, words(L) * 8);
-	for (size_t i = 0; i < words(L); i++)
-		a[i] |= b[i];
+	Acc *a = arena_alloc(w->c->ia, sizeof *a);
+	a->bits = arena_alloc(w->c->ia, w->words * 8);
 	return a;
 }
 
-static int bits_full(const Layer *L, const uint64_t *a)
+static Acc *acc_of(AccWalk *w, const char *v)
 {
-	for (size_t k = 0; k < L->nex; k++)
-		if (!(a[k / 64] >> (k % 64) & 1))
+	return *v ? map_get(&w->acc, v) : NULL;
+}
+
+/* Zero, or a partial sum: what an accumulation step may add to. */
+static int acc_or_zero(AccWalk *w, const Graph *g, const char *v, const uint64_t **bits)
+{
+	Acc *a = acc_of(w, v);
+	if (a && !a->contrib) {
+		*bits = a->bits;
+		return 1;
+	}
+	*bits = NULL;
+	return g_is_zero(g, v);
+}
+
+static int disjoint_or(AccWalk *w, uint64_t *dst, const uint64_t *src)
+{
+	if (!src)
+		return 1;
+	for (size_t i = 0; i < w->words; i++) {
+		if (dst[i] & src[i])
+			return 0;
+		dst[i] |= src[i];
+	}
+	return 1;
+}
+
+/* The output class of n, or NULL when n is no accumulation step. */
+static Acc *acc_eval(AccWalk *w, Node *n)
+{
+	Ctx *c = w->c;
+	Graph *g = g_graph_of(c, n);
+	const uint64_t *b0, *b1;
+	if (g_is(n, "Cast") || g_is(n, "Identity") || g_is(n, "Expand") || g_is(n, "Reshape") ||
+	    g_is(n, "Unsqueeze") || g_is(n, "Squeeze")) {
+		Acc *a = acc_of(w, n->input[0]);
+		return a; /* same class, same bits */
+	}
+	if (g_is(n, "Add") || g_is(n, "Sum")) {
+		Acc *r = acc_new(w);
+		int any = 0;
+		for (size_t i = 0; i < n->n_input; i++) {
+			Acc *a = acc_of(w, n->input[i]);
+			if (a) {
+				if (!disjoint_or(w, r->bits, a->bits))
+					return NULL;
+				any = 1;
+			} else if (!g_is_zero(g, n->input[i])) {
+				return NULL;
+			}
+		}
+		return any ? r : NULL;
+	}
+	if (g_is(n, "ScatterElements") || g_is(n, "ScatterND")) {
+		Acc *u = acc_of(w, n->input[2]);
+		if (!u || !u->contrib || !acc_or_zero(w, g, n->input[0], &b0))
+			return NULL;
+		const Onnx__AttributeProto *red = g_attr(n, "reduction");
+		int add = red && red->has_s && red->s.len == 3 && memcmp(red->s.data, "add", 3) == 0;
+		/* Writing over a partial sum replaces rows: only into zeros, or with add. */
+		if (b0 && !add)
+			return NULL;
+		Node *z = NULL;
+		/* The rows written are the rows the expert read. */
+		if (nz_coord(g, n->input[1], &z) != 0)
+			return NULL;
+		Acc *r = acc_new(w);
+		disjoint_or(w, r->bits, b0);
+		if (!disjoint_or(w, r->bits, u->bits))
+			return NULL;
+		return r;
+	}
+	if (g_is(n, "If")) {
+		/* Both branches end in an accumulation of the value before: the
+		 * expert the condition gates is added only when chosen, which the
+		 * dense sum does by its weights. */
+		Acc *r = acc_new(w);
+		for (size_t k = 0; k < g->nsub; k++) {
+			Graph *s = g->sub[k];
+			if (s->owner != n)
+				continue;
+			if (s->gp->n_output != 1)
+				return NULL;
+			const char *o = s->gp->output[0]->name;
+			Acc *a = acc_of(w, o);
+			if (a && !a->contrib) {
+				for (size_t i = 0; i < w->words; i++)
+					r->bits[i] |= a->bits[i];
+			} else if (!g_is_zero(s, o) && !acc_or_zero(w, s, strip(s, o, NULL), &b1)) {
+				return NULL;
+			} else if (b1) {
+				for (size_t i = 0; i < w->words; i++)
+					r->bits[i] |= b1[i];
+			}
+		}
+		return r;
+	}
+	return NULL;
+}
+
+static unsigned acc_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
+{
+	AccWalk *w = ud;
+	(void)c;
+	(void)v;
+	(void)slot;
+	if (n->n_output < 1 || !*n->output[0])
+		return 0;
+	Acc *a = acc_eval(w, n);
+	if (!a)
+		return 0;
+	Acc *old = acc_of(w, n->output[0]);
+	if (old && memcmp(old->bits, a->bits, w->words * 8) == 0)
+		return 0;
+	map_put(&w->acc, n->output[0], a);
+	/* If bodies: the If's output is reached through the body's output. */
+	return 1;
+}
+
+static int bits_all(const AccWalk *w, const uint64_t *b)
+{
+	for (size_t k = 0; k < w->L->nex; k++)
+		if (!(b[k / 64] >> (k % 64) & 1))
 			return 0;
 	return 1;
 }
 
 static int find_combined(Ctx *c, Layer *L, Err *e)
 {
-	/* Per-layer scratch over the whole model: in the index's arena, freed
-	 * at the next reindex. */
-	Map dep; /* value -> bitset over L->ex: which experts' outputs flow into it */
-	map_init(&dep, c->ia, 256);
+	AccWalk w = { .c = c, .L = L, .words = L->nex / 64 + 1 };
+	map_init(&w.acc, c->ia, 64);
+	const char **seed = arena_alloc(c->ia, L->nex * sizeof *seed);
 	for (size_t k = 0; k < L->nex; k++) {
-		if (L->ex[k].gate)
-			continue;
-		uint64_t *b = arena_alloc(c->ia, words(L) * 8);
-		b[k / 64] |= 1ull << (k % 64);
-		map_put(&dep, L->ex[k].out, b);
+		Acc *a = acc_new(&w);
+		a->bits[k / 64] |= 1ull << (k % 64);
+		a->contrib = 1;
+		map_put(&w.acc, L->ex[k].prod, a);
+		seed[k] = L->ex[k].prod;
 	}
-	PMap acc;
-	pmap_init(&acc, c->ia, 64);
-	Onnx__GraphProto *gp = c->g->gp;
-	/* Nodes before the layer's first expert (or its gating If) cannot
-	 * depend on the experts: start there. */
-	size_t from = gp->n_node;
-	for (size_t k = 0; k < L->nex; k++) {
-		Node *n = L->ex[k].gate ? L->ex[k].gate : L->ex[k].nnode ? L->ex[k].node[0] : NULL;
-		if (n && g_graph_of(c, n) == c->g && g_pos(c, n) < from)
-			from = g_pos(c, n);
-	}
-	if (from == gp->n_node)
-		from = 0;
-	for (size_t i = from; i < L->end; i++) {
-		Node *n = gp->node[i];
-		if (g_is(n, "Shape") || g_is(n, "Size"))
-			continue; /* metadata, not data */
-		uint64_t *b = NULL;
-		for (size_t j = 0; j < n->n_input; j++)
-			b = bits_or(c, L, b, map_get(&dep, n->input[j]));
-		for (size_t s = 0; s < c->g->nsub; s++)
-			if (c->g->sub[s]->owner == n)
-				for (size_t j = 0; j < c->g->sub[s]->nouter; j++)
-					b = bits_or(c, L, b, map_get(&dep, c->g->sub[s]->outer[j]));
+	/* Values reached are re-walked whenever their class grows: a node
+	 * reading two partial sums is settled by the later one. The bits only
+	 * grow, so this ends. */
+	for (size_t round = 0; round < L->nex + 2; round++) {
+		Map reached;
+		map_init(&reached, c->ia, 64);
 		for (size_t k = 0; k < L->nex; k++)
-			if (L->ex[k].gate == n) {
-				uint64_t one[words(L)];
-				memset(one, 0, sizeof one);
-				one[k / 64] |= 1ull << (k % 64);
-				b = bits_or(c, L, b, one);
+			flow_forward(c, g_graph_of(c, L->ex[k].mul), &seed[k], 1, acc_step, &w, &reached);
+		/* Body outputs reached: the owning If is evaluated from its
+		 * branches, and the walk continues after it. */
+		int grew = 0;
+		for (size_t k = 0; k < L->nex; k++) {
+			if (!L->ex[k].gate)
+				continue;
+			Node *f = L->ex[k].gate;
+			Acc *a = acc_eval(&w, f);
+			Acc *old = acc_of(&w, f->output[0]);
+			if (a && (!old || memcmp(old->bits, a->bits, w.words * 8) != 0)) {
+				map_put(&w.acc, f->output[0], a);
+				const char *o = f->output[0];
+				Map r2;
+				map_init(&r2, c->ia, 16);
+				flow_forward(c, g_graph_of(c, f), &o, 1, acc_step, &w, &r2);
+				grew = 1;
 			}
-		if (!b)
-			continue;
-		for (size_t j = 0; j < n->n_output; j++)
-			if (*n->output[j] && !map_get(&dep, n->output[j]))
-				map_put(&dep, n->output[j], b);
-		if (accumulates(c, n, &dep, L))
-			pmap_put(&acc, n, (void *)1);
+		}
+		if (!grew)
+			break;
 	}
-	const char *found = NULL;
+	/* The routed sum: a full partial sum no accumulation step reads. */
+	const char *found = NULL, *other = NULL;
 	int nfound = 0;
-	for (size_t i = from; i < L->end; i++) {
-		Node *n = gp->node[i];
-		/* Later layers' sums carry this layer's experts too: stay in scope. */
-		if (!pmap_get(&acc, n) || !bits_full(L, map_get(&dep, n->output[0])) ||
-		    !n->name || !path_match(n->name, L->scope))
+	for (size_t i = 0; i < w.acc.cap; i++) {
+		const char *v = w.acc.slot[i].key;
+		Acc *a = w.acc.slot[i].val;
+		if (!v || a->contrib || !bits_all(&w, a->bits))
 			continue;
-		Val *v = g_val(c->g, n->output[0]);
+		Val *vv = g_val(c->g, v);
+		if (!vv || vv->g != c->g)
+			continue;
 		int last = 1;
-		for (size_t u = 0; v && u < v->nuse && last; u++)
-			last = !pmap_get(&acc, v->use[u].n);
+		for (size_t u = 0; u < vv->nuse && last; u++) {
+			Node *m = vv->use[u].n;
+			Acc *b = m->n_output ? acc_of(&w, m->output[0]) : NULL;
+			last = !(b && !b->contrib);
+		}
 		if (!last)
 			continue;
-		if (!found)
-			found = n->output[0];
+		if (!found || g_pos(c, vv->def) < g_pos(c, def_of(c->g, found))) {
+			other = found;
+			found = v;
+		} else {
+			other = v;
+		}
 		nfound++;
 	}
 	if (nfound != 1)
-		return errf(e, "layer %s: %s the routed sum of experts' outputs (%d candidates%s%s); set `output:` in experts.yaml",
+		return errf(e, "layer %s: %s the routed sum of the experts' outputs (%d candidates%s%s%s%s); set `output:` in experts.yaml",
 			    L->scope, nfound ? "cannot tell which value is" : "cannot find", nfound,
-			    found ? ", first " : "", found ? found : "");
+			    found ? ": " : "", found ? found : "", other ? ", " : "", other ? other : "");
 	L->combined = found;
 	return 0;
 }
 
-/* ---- the layer ---- */
+/* ---- one router ---- */
 
-int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
+static const char *topk_name(const Node *t)
 {
-	memset(L, 0, sizeof *L);
-	L->spec = s;
-	L->scope = s->scope;
-	/* An expert's path extends the scope, so its nodes lie among the
-	 * scope's: one pass over the model, not one per expert. */
-	NodeVec scoped = { .a = c->a };
-	collect_named(c->g, s->scope, &scoped);
-	if (scoped.n == 0 && !s->router_indices)
-		return errf(e, "layer %s: no node name lies under this scope; check `scope:` (names look like '%s')",
-			    s->scope, c->g->gp->n_node ? c->g->gp->node[0]->name : "");
+	return t->name && *t->name ? t->name : t->output[0];
+}
 
-	/* Router. */
-	if (s->router_indices) {
-		Val *v = g_val(c->g, s->router_indices);
-		if (!v)
-			return errf(e, "layer %s: router.indices '%s' is not a value of the model", s->scope,
-				    s->router_indices);
-		L->indices = v->name;
-		if (v->def && g_is(v->def, "TopK"))
-			L->topk = v->def;
-	} else {
-		size_t nt;
-		Node **tk = topks_in(c, s->scope, &nt);
-		/* The router's TopK is the one whose indices the dispatch compares
-		 * with expert ids; a lone TopK is the router of a dense layer. */
-		Node *pick = nt == 1 ? tk[0] : NULL;
-		int npick = nt == 1;
-		for (size_t i = 0; i < nt && nt > 1; i++) {
-			int ids[4];
-			if (tk[i]->n_output > 1 && moe_compared_ids(c, c->g, tk[i]->output[1], ids, 4) > 0) {
-				if (!pick)
-					pick = tk[i];
-				npick++;
+/* The Mul weighting the expert: reached from the weight value through ops
+ * that keep its elements. Fills the expert side and, for a Cast on the
+ * weight side, its type. */
+typedef struct {
+	Node *mul;
+	int slot;   /* operand the weight arrives at */
+	int nmul;
+	int64_t cast;
+	Node *odd;
+} WUse;
+
+static unsigned wuse_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
+{
+	WUse *u = ud;
+	(void)c;
+	(void)v;
+	if (slot < 0 || g_is(n, "Shape") || g_is(n, "Size"))
+		return 0;
+	if (g_is(n, "Mul")) {
+		if (!u->mul || u->mul != n)
+			u->nmul++;
+		u->mul = n;
+		u->slot = slot;
+		return 0;
+	}
+	if (slot == 0 && (g_is(n, "Reshape") || g_is(n, "Unsqueeze") || g_is(n, "Squeeze") || g_is(n, "Flatten") ||
+			  g_is(n, "Expand") || g_is(n, "Identity"))) 
+		return ~0u;
+	if (slot == 0 && g_is(n, "Cast")) {
+		u->cast = g_attr_i(n, "to", 0);
+		return ~0u;
+	}
+	u->odd = n;
+	return 0;
+}
+
+/* Same value for every expert, or an error naming the two. */
+static int agree(Layer *L, const char **dst, const char *v, const char *what, int id, Err *e)
+{
+	if (!*dst || strcmp(*dst, v) == 0) {
+		*dst = v;
+		return 0;
+	}
+	return errf(e, "layer %s: experts read different %s ('%s'; expert %d: '%s'); set it in experts.yaml",
+		    L->scope, what, *dst, id, v);
+}
+
+static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, const char *view, Expert *x, const char **wview,
+		     Err *e)
+{
+	Graph *g = c->g;
+	x->id = (int)id;
+	x->eq = eq;
+	Mask m = { .a = c->ia };
+	Map mask;
+	map_init(&mask, c->ia, 32);
+	m.mask = &mask;
+	flow_forward(c, g, (const char *[]){ eq->output[0] }, 1, mask_step, &m, &mask);
+	if (m.odd)
+		return errf(e, "layer %s: expert %d's dispatch mask reaches node '%s' (%s), which no known dispatch form has; the layer cannot be repaired safely",
+			    L->scope, x->id, m.odd->name ? m.odd->name : "", m.odd->op_type);
+	if (m.andc) {
+		if (is_const(g, m.andc, 0))
+			return errf(e, "layer %s: expert %d's dispatch mask is And-ed with a constant '%s'; the layer cannot be repaired safely",
+				    L->scope, x->id, m.andc);
+		if (agree(L, &L->wmask, m.andc, "conditions besides the expert id", x->id, e))
+			return -1;
+	} else if (L->wmask) {
+		return errf(e, "layer %s: expert %d's dispatch lacks the condition '%s' the other experts have",
+			    L->scope, x->id, L->wmask);
+	}
+	(void)view;
+	size_t low = g_pos(c, eq);
+	const char *wsrc = NULL, *stop = NULL;
+	WUse wu = { 0 };
+	if (m.nnz) {
+		if (m.nnz > 1)
+			return errf(e, "layer %s: expert %d's mask goes through %zu NonZero nodes; the layer cannot be repaired safely",
+				    L->scope, x->id, m.nnz);
+		Node *z = m.nz[0];
+		Coords k = { .a = c->ia };
+		Map rk;
+		map_init(&rk, c->ia, 32);
+		flow_forward(c, g, (const char *[]){ z->output[0] }, 1, coord_step, &k, &rk);
+		Node *row = NULL, *wg = NULL;
+		for (size_t i = 0; i < k.nuse; i++) {
+			Node *n = k.use[i];
+			Node *zz = NULL;
+			if (g_is(n, "ScatterElements") || g_is(n, "ScatterND"))
+				continue; /* checked with the routed sum */
+			if (g_is(n, "Gather") && g_attr_i(n, "axis", 0) == 0 && nz_coord(g, n->input[1], &zz) == 0 &&
+			    zz == z && !map_get(&rk, n->input[0])) {
+				if (row && strcmp(row->input[0], n->input[0]) != 0)
+					return errf(e, "layer %s: expert %d gathers rows of two tensors ('%s', '%s'); the layer cannot be repaired safely",
+						    L->scope, x->id, row->input[0], n->input[0]);
+				if (row)
+					return errf(e, "layer %s: expert %d gathers its rows twice ('%s', '%s'); the layer cannot be repaired safely",
+						    L->scope, x->id, row->name ? row->name : "", n->name ? n->name : "");
+				row = n;
+				continue;
+			}
+			const char *t = weight_source(g, n, z);
+			if (t && !wg) {
+				wg = n;
+				wsrc = t;
+				continue;
+			}
+			return errf(e, "layer %s: expert %d's dispatch indexes node '%s' (%s) in a way no known dispatch form does; the layer cannot be repaired safely",
+				    L->scope, x->id, n->name ? n->name : "", n->op_type);
+		}
+		if (!row)
+			return errf(e, "layer %s: expert %d's NonZero dispatch gathers no rows; the layer cannot be repaired safely",
+				    L->scope, x->id);
+		if (!wg)
+			return errf(e, "layer %s: cannot find where expert %d's output is weighted (no gather of one weight per selected row and slot); set router.weights in experts.yaml",
+				    L->scope, x->id);
+		stop = row->output[0];
+		if (agree(L, &L->x, row->input[0], "inputs", x->id, e))
+			return -1;
+		Map r2;
+		map_init(&r2, c->ia, 16);
+		flow_forward(c, g, (const char *[]){ wg->output[0] }, 1, wuse_step, &wu, &r2);
+		L->form = FORM_ROWS;
+	} else if (m.wsum) {
+		/* sum over slots of W * match, then (reshaped) times the expert. */
+		Node *s = m.wsum;
+		Graph *sg = g_graph_of(c, s);
+		Val *sv = g_val(sg, s->output[0]);
+		Node *red = sv && sv->nuse == 1 ? sv->use[0].n : NULL;
+		int64_t ax[2];
+		long na = -1;
+		if (red && g_is(red, "ReduceSum")) {
+			const Onnx__AttributeProto *a = g_attr(red, "axes");
+			if (a && a->n_ints == 1) {
+				ax[0] = a->ints[0];
+				na = 1;
+			} else if (!a && red->n_input > 1) {
+				na = g_const_ints(g_graph_of(c, red), red->input[1], ax, 2);
 			}
 		}
-		if (!pick)
-			return errf(e, "layer %s: %s TopK under this scope; set router.indices in experts.yaml", s->scope,
-				    nt ? "cannot tell the router's" : "no");
-		if (npick > 1)
-			return errf(e, "layer %s: %d TopK nodes under this scope compare their indices with expert ids (first '%s'); set router.indices in experts.yaml",
-				    s->scope, npick, pick->name);
-		if (pick->n_output < 2)
-			return errf(e, "layer %s: TopK '%s' has no indices output", s->scope, pick->name);
-		L->topk = pick;
-		L->indices = pick->output[1];
-	}
-
-	/* Experts. */
-	L->nodes = (int)scoped.n;
-	for (size_t i = 0; i < scoped.n; i++) {
-		L->convs += g_is(scoped.v[i], "Conv");
-		if (g_graph_of(c, scoped.v[i]) == c->g && g_pos(c, scoped.v[i]) + 1 > L->end)
-			L->end = g_pos(c, scoped.v[i]) + 1;
-	}
-	L->ex = arena_alloc(c->a, (size_t)s->experts * sizeof *L->ex);
-	for (int i = 0; i < s->experts; i++) {
-		int r = find_expert(c, L, i, &scoped, &L->ex[L->nex], e);
-		if (r < 0)
-			return -1;
-		if (r)
-			L->nex++;
-	}
-	if (!L->nex)
-		return errf(e, "layer %s: no node matches any expert path ('%s'); check `expert:`",
-			    s->scope, expert_path(c, s, 0));
-	int ids[1024];
-	int nids = moe_compared_ids(c, c->g, L->indices, ids, 1024);
-	for (int i = 0; i < nids; i++) {
-		if (ids[i] < 0 || ids[i] >= s->experts)
-			return errf(e, "layer %s: the dispatch compares the router indices with %d, but experts: %d",
-				    s->scope, ids[i], s->experts);
-		int named = 0;
-		for (size_t k = 0; k < L->nex; k++)
-			named |= L->ex[k].id == ids[i];
-		if (!named)
-			return errf(e, "layer %s: expert %d is dispatched but no node carries its path '%s'; check `expert:`",
-				    s->scope, ids[i], expert_path(c, s, ids[i]));
-	}
-	for (size_t k = 0; k < L->nex; k++) {
-		int seen = 0;
-		for (size_t j = 0; j < k; j++)
-			seen |= L->ex[j].gate == L->ex[k].gate;
-		if (L->ex[k].gate && !seen)
-			L->nif++;
-	}
-
-	Map *desc = index_descendants(c, L);
-	/* What the experts read. */
-	for (size_t k = 0; k < L->nex; k++) {
-		Expert *x = &L->ex[k];
-		const char *full = x->in;
-		Val *v = g_val(x->g, x->in);
-		if (v && v->def && g_is(v->def, "Gather") && g_attr_i(v->def, "axis", 0) == 0 &&
-		    (x->g == c->g ? map_get(desc, v->def->input[1]) != NULL
-				  : derives_from(c, x->g, v->def->input[1], L->indices))) {
-			full = v->def->input[0];
-			L->sparse = 1;
-		}
-		if (s->input)
-			full = s->input;
-		if (!L->x)
-			L->x = full;
-		else if (strcmp(L->x, full) != 0)
-			return errf(e, "layer %s: experts read different tensors ('%s', '%s'); set `input:` in experts.yaml",
-				    s->scope, L->x, full);
-	}
-
-	if (!L->sparse && !L->nif && nids == 0) {
-		if ((int)L->nex != s->experts)
-			return errf(e, "layer %s: %zu of %d experts present, and no dispatch found to repair; set router/input/output in experts.yaml",
-				    s->scope, L->nex, s->experts);
-		L->dense = 1;
-		return 0;
-	}
-
-	/* Weights and rank, from the first expert's weighting Mul. */
-	const char *mulout = NULL, *wop = weight_operand(c, &L->ex[0], &mulout);
-	if (s->router_weights) {
-		if (!g_val(c->g, s->router_weights))
-			return errf(e, "layer %s: router.weights '%s' is not a value of the model", s->scope,
-				    s->router_weights);
-		L->weights = s->router_weights;
+		/* The slot axis is 1; exporters of axis=-1 routers write -1. */
+		int wr = g_rank(sg, m.wsum_w, 0);
+		if (na == 1 && ax[0] < 0 && wr > 0)
+			ax[0] += wr;
+		if (!red || !g_is(red, "ReduceSum") || na != 1 || ax[0] != 1)
+			return errf(e, "layer %s: expert %d's weight W*(match) is not summed over the slot axis; the layer cannot be repaired safely",
+				    L->scope, x->id);
+		wsrc = m.wsum_w;
+		Map r2;
+		map_init(&r2, c->ia, 16);
+		flow_forward(c, g_graph_of(c, red), (const char *[]){ red->output[0] }, 1, wuse_step, &wu, &r2);
+		L->form = FORM_MASKSUM;
 	} else {
-		if (!wop || !L->topk)
-			return errf(e, "layer %s: cannot find where expert %d's output is weighted; set router.weights in experts.yaml",
-				    s->scope, L->ex[0].id);
-		L->weights = find_weights(c, L, L->ex[0].g, wop, desc);
-		if (!L->weights)
-			return errf(e, "layer %s: cannot trace the weights multiplying expert %d's output back to the router; set router.weights",
-				    s->scope, L->ex[0].id);
+		return errf(e, "layer %s: expert %d's dispatch mask reaches neither a NonZero nor a weighting; the layer cannot be repaired safely",
+			    L->scope, x->id);
 	}
+	if (wu.odd || wu.nmul != 1)
+		return errf(e, "layer %s: expert %d's routing weight %s; the layer cannot be repaired safely", L->scope,
+			    x->id, wu.odd ? arena_printf(c->a, "reaches node '%s' (%s) before any product", wu.odd->name ? wu.odd->name : "", wu.odd->op_type)
+				    : wu.nmul ? "multiplies two values" : "multiplies nothing");
+	if (x != L->ex && wu.cast != L->wcast)
+		return errf(e, "layer %s: expert %d's routing weight is cast differently from expert %d's; the layer cannot be repaired safely",
+			    L->scope, x->id, L->ex[0].id);
+	L->wcast = wu.cast;
+	x->prod = wu.mul->output[0];
+	x->mul = wu.mul;
+	x->out = wu.mul->input[1 - wu.slot];
+	if (agree(L, wview, wsrc, "routing weights", x->id, e))
+		return -1;
+	return collect(c, L, x, stop, low, L->spec ? L->spec->input : NULL, e);
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	const Expert *x = a, *y = b;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+static const SpecLayer *hint_for(Ctx *c, const Spec *s, const Node *t);
+
+/* ---- what the names say (for reports and zero-config use only) ---- */
+
+typedef struct {
+	const char **v;
+	size_t n;
+} Comps;
+
+/* "model.4.m.0" -> {model, 4, m, 0}; NULL -> none. */
+static Comps comps(Arena *a, const char *m)
+{
+	Comps r = { 0 };
+	if (!m)
+		return r;
+	char *buf = arena_strdup(a, m);
+	r.v = arena_alloc(a, (strlen(m) / 2 + 2) * sizeof *r.v);
+	for (char *p = buf; *p;) {
+		r.v[r.n++] = p;
+		char *d = strchr(p, '.');
+		if (!d)
+			break;
+		*d = 0;
+		p = d + 1;
+	}
+	return r;
+}
+
+static size_t common(Comps a, Comps b)
+{
+	size_t i = 0;
+	while (i < a.n && i < b.n && strcmp(a.v[i], b.v[i]) == 0)
+		i++;
+	return i;
+}
+
+static const char *join(Arena *a, Comps c, size_t from, size_t to, size_t idpos)
+{
+	size_t len = 1;
+	for (size_t i = from; i < to; i++)
+		len += strlen(c.v[i]) + 4;
+	char *o = arena_alloc(a, len), *w = o;
+	for (size_t i = from; i < to; i++) {
+		if (i > from)
+			*w++ = '.';
+		const char *p = i == idpos ? "{i}" : c.v[i];
+		memcpy(w, p, strlen(p));
+		w += strlen(p);
+	}
+	*w = 0;
+	return o;
+}
+
+/* The module every node of expert x shares (NULL without names). */
+static Comps expert_module(Ctx *c, const Expert *x)
+{
+	Comps cm = { 0 };
+	int first = 1;
+	for (size_t j = 0; j < x->nnode; j++) {
+		const Node *n = x->node[j];
+		/* Exporters name hoisted constants anywhere, and the cast of the
+		 * output (out.to(dtype)) after the layer, not the expert. */
+		if (g_is(n, "Constant") || g_is(n, "Cast") || g_is(n, "Identity"))
+			continue;
+		Comps m = comps(c->ia, n->name ? spec_node_module(c->ia, n->name) : NULL);
+		if (!m.n)
+			return (Comps){ 0 };
+		if (first)
+			cm = m;
+		else
+			cm.n = common(cm, m);
+		first = 0;
+	}
+	return cm;
+}
+
+/* L->module and L->pattern from node names: the expert's module is where
+ * its id appears first after the part it shares with the router, and the
+ * same position must hold every other expert's id. */
+static void name_layer(Ctx *c, Layer *L)
+{
+	Arena *a = c->ia;
+	Comps tm = comps(a, L->topk->name ? spec_node_module(a, L->topk->name) : NULL);
+	if (!L->nex) {
+		if (tm.n)
+			L->module = arena_strdup(c->a, join(a, tm, 0, tm.n - 1, (size_t)-1));
+		return;
+	}
+	Comps *em = arena_alloc(a, L->nex * sizeof *em);
+	for (size_t k = 0; k < L->nex; k++)
+		if (!(em[k] = expert_module(c, &L->ex[k])).n)
+			return;
+	size_t pre = tm.n ? common(tm, em[0]) : 0;
+	char id0[16];
+	snprintf(id0, sizeof id0, "%d", L->ex[0].id);
+	for (size_t p = pre; p < em[0].n; p++) {
+		if (strcmp(em[0].v[p], id0) != 0 || p == 0)
+			continue;
+		int ok = 1;
+		for (size_t k = 1; k < L->nex && ok; k++) {
+			char idk[16];
+			snprintf(idk, sizeof idk, "%d", L->ex[k].id);
+			ok = em[k].n > p && strcmp(em[k].v[p], idk) == 0;
+			for (size_t i = 0; i < p && ok; i++)
+				ok = strcmp(em[k].v[i], em[0].v[i]) == 0;
+		}
+		if (!ok)
+			continue;
+		/* The layer: what the router and the experts share, short of the
+		 * container holding the experts. */
+		size_t lm = pre < p ? pre : p - 1;
+		if (!tm.n)
+			lm = p - 1;
+		L->module = arena_strdup(c->a, join(a, em[0], 0, lm, (size_t)-1));
+		L->pattern = arena_strdup(c->a, join(a, em[0], lm, p + 1, p));
+		return;
+	}
+}
+
+/* 1: an MoE layer, 0: a TopK that routes nothing, -1: error. */
+static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
+{
+	memset(L, 0, sizeof *L);
+	L->spec = hint;
+	L->topk = t;
+	L->scope = topk_name(t);
+	L->gen = c->gen;
+	L->topk_k = -1;
+	L->width = -1;
+	int64_t k;
+	if (t->n_input > 1 && const_int1(c->g, t->input[1], &k))
+		L->topk_k = k;
+	else if (t->n_input == 1)
+		L->topk_k = g_attr_i(t, "k", -1);
+	Views w = { .a = c->ia };
+	Map reached;
+	map_init(&reached, c->ia, 32);
+	flow_forward(c, c->g, (const char *[]){ t->output[1] }, 1, view_step, &w, &reached);
+	if (!w.n) {
+		if (!w.dense)
+			return 0;
+		L->form = FORM_DENSE;
+		L->indices = t->output[1];
+		name_layer(c, L);
+		return 1;
+	}
+	L->ex = arena_alloc(c->a, w.n * sizeof *L->ex);
+	for (size_t i = 0; i < w.n; i++) {
+		if (w.id[i] < 0 || w.id[i] > 65535)
+			return errf(e, "layer %s: the dispatch compares the router indices with %lld, which is no expert id",
+				    L->scope, (long long)w.id[i]);
+		for (size_t j = 0; j < L->nex; j++)
+			if (L->ex[j].id == w.id[i])
+				return errf(e, "layer %s: expert %lld is dispatched twice ('%s', '%s'); the layer cannot be repaired safely",
+					    L->scope, (long long)w.id[i], L->ex[j].eq->name ? L->ex[j].eq->name : "",
+					    w.eq[i]->name ? w.eq[i]->name : "");
+		if (agree(L, &L->indices, w.view[i], "router indices", (int)w.id[i], e))
+			return -1;
+		Expert *x = &L->ex[L->nex++];
+		if (expert_of(c, L, w.eq[i], w.id[i], w.view[i], x, &L->weights, e))
+			return -1;
+	}
+	qsort(L->ex, L->nex, sizeof *L->ex, cmp_id);
+	for (size_t i = 0; i < L->nex; i++) {
+		if (L->ex[i].gate) {
+			int seen = 0;
+			for (size_t j = 0; j < i; j++)
+				seen |= L->ex[j].gate == L->ex[i].gate;
+			L->nif += !seen;
+		}
+		if (i && (L->ex[i].in != L->ex[0].in && strcmp(L->ex[i].in, L->ex[0].in)) && L->form == FORM_MASKSUM &&
+		    agree(L, &L->x, L->ex[i].in, "inputs", L->ex[i].id, e))
+			return -1;
+		for (size_t j = 0; j < L->ex[i].nnode; j++)
+			L->convs += g_is(L->ex[i].node[j], "Conv");
+		L->nodes += (int)L->ex[i].nnode;
+	}
+	if (L->form == FORM_MASKSUM)
+		L->x = L->ex[0].in;
 	L->rank = g_rank(L->ex[0].g, L->ex[0].out, 0);
-	if (L->rank < 0 && mulout)
-		L->rank = g_rank(L->ex[0].g, mulout, 0);
+	if (L->rank < 0)
+		L->rank = g_rank(g_graph_of(c, L->ex[0].mul), L->ex[0].prod, 0);
 	if (L->rank < 1)
 		return errf(e, "layer %s: cannot tell the rank of expert %d's output '%s'; add value_info for it",
-			    s->scope, L->ex[0].id, L->ex[0].out);
-
-	if (s->output) {
-		if (!g_val(c->g, s->output))
-			return errf(e, "layer %s: output '%s' is not a value of the model", s->scope, s->output);
-		L->combined = s->output;
-		return 0;
+			    L->scope, L->ex[0].id, L->ex[0].out);
+	name_layer(c, L);
+	if (L->spec && L->spec->output) {
+		if (!g_val(c->g, L->spec->output))
+			return errf(e, "layer %s: output '%s' is not a value of the model", L->spec->scope, L->spec->output);
+		L->combined = L->spec->output;
+		return 1;
 	}
-	return find_combined(c, L, e);
+	return find_combined(c, L, e) ? -1 : 1;
+}
+
+/* The experts.yaml layer that will describe router t, as far as names or
+ * router.indices tell before detection: its explicit values help detection
+ * where the graph alone is ambiguous. */
+static const SpecLayer *hint_for(Ctx *c, const Spec *s, const Node *t)
+{
+	const SpecLayer *best = NULL;
+	size_t bestlen = 0;
+	const char *m = t->name ? spec_node_module(c->a, t->name) : NULL;
+	for (size_t i = 0; s && i < s->nlayer; i++) {
+		const SpecLayer *l = &s->layer[i];
+		if (l->router_indices)
+			if (strcmp(l->router_indices, t->output[1]) == 0)
+				return l;
+		size_t n = strlen(l->scope);
+		if (m && (!n || (strncmp(m, l->scope, n) == 0 && (m[n] == '.' || !m[n]))) && (!best || n > bestlen)) {
+			best = l;
+			bestlen = n;
+		}
+	}
+	return best;
+}
+
+int moe_find(Ctx *c, const Spec *s, Layer **out, size_t *n, Err *e)
+{
+	Onnx__GraphProto *gp = c->g->gp;
+	Layer *L = NULL;
+	size_t nl = 0;
+	for (size_t i = 0; i < gp->n_node; i++) {
+		Node *t = gp->node[i];
+		if (!g_is(t, "TopK") || t->n_output < 2)
+			continue;
+		L = arena_grow(c->a, L, nl * sizeof *L, (nl + 1) * sizeof *L);
+		int r = analyse(c, t, hint_for(c, s, t), &L[nl], e);
+		if (r < 0)
+			return -1;
+		nl += (size_t)r;
+	}
+	*out = L;
+	*n = nl;
+	return 0;
 }

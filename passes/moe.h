@@ -1,10 +1,18 @@
 /* What the MoE passes share: a detected layer and its experts.
  *
- * detect.c finds, per layer, the router's TopK, the top-k weights the
- * dispatch reads, the tensor the experts read, each present expert's nodes
- * and the tensor holding the combined routed sum. wmap.c maps a present
- * expert's tensors to the checkpoint so missing experts can be rebuilt.
- * densify.c rewrites the layer into the static dense form. */
+ * detect.c finds every MoE layer by data flow alone: a router TopK whose
+ * indices the dispatch compares with expert ids, each present expert's
+ * nodes (between the row gather of the layer input and the product with
+ * its routing weight), the [B,k] indices and weights the dispatch reads,
+ * and the routed sum. bind.c then ties each experts.yaml layer to one
+ * detected layer (by node names when they carry module paths, else by
+ * checkpoint values). wmap.c maps a present expert's tensors to the
+ * checkpoint so missing experts can be rebuilt; densify.c rewrites the
+ * layer into the static dense form.
+ *
+ * Layers hold nodes and value names (model arena), never index objects:
+ * they stay valid across g_reindex. `gen` records the index they were
+ * detected on; the passes that also hold Graph pointers check it. */
 #ifndef MOE_H
 #define MOE_H
 #include "graph.h"
@@ -13,33 +21,58 @@
 #include "wsrc.h"
 
 typedef struct {
-	int id;
+	int id;           /* the expert id the dispatch compares the indices with */
+	Node *eq;         /* that Equal */
 	Node **node;      /* the expert's nodes, in graph order */
 	size_t nnode;
-	Graph *g;         /* graph holding them (an If body for scripted layers) */
+	Graph *g;         /* graph holding them (an If body for scripted layers); see Layer.gen */
 	const char *in;   /* value the expert reads: gathered rows, or the full input */
-	const char *out;  /* value it produces */
-	Node *gate;       /* the If gating it, or NULL */
+	const char *out;  /* value multiplied by its routing weight */
+	const char *prod; /* that product: the expert's weighted contribution */
+	Node *mul;        /* the node computing it (in the expert's graph) */
+	Node *gate;       /* the main-graph If gating it, or NULL */
 } Expert;
 
+typedef enum { FORM_ROWS, FORM_MASKSUM, FORM_DENSE } Form;
+
 typedef struct {
-	const SpecLayer *spec;
-	const char *scope;
+	const SpecLayer *spec; /* bound experts.yaml layer; NULL in diagnosis */
+	const char *scope;     /* spec scope, else the module path names suggest, else the TopK's name */
+	const char *module;    /* module path from node names ("" for a bare module), NULL without names */
+	const char *pattern;   /* expert module path under `module` with {i}, from names; NULL unknown */
 	Node *topk;
-	const char *indices;  /* [B,k] int64 expert ids */
-	const char *weights;  /* [B,k] weights of the chosen experts */
-	const char *x;        /* the full tensor every expert reads */
+	int64_t topk_k;       /* the TopK's K when constant, else -1 */
+	int64_t width;        /* router width (the TopK axis' size) when known, else -1 */
+	const char *indices;  /* [B,k,...] expert ids as the dispatch compares them */
+	const char *weights;  /* [B,k,...] weights as the dispatch multiplies them */
+	const char *wmask;    /* [B,k] condition the dispatch adds to the id match, or NULL */
+	int64_t wcast;        /* element type the weights are cast to before the product, 0: none */
+	const char *x;        /* the full tensor the experts read */
 	const char *combined; /* the routed sum the rest of the model reads */
 	int rank;             /* rank of one expert's output */
 	Expert *ex;           /* present experts, by id */
 	size_t nex;
+	Form form;
 	int nif;              /* If nodes gating experts */
-	int sparse;           /* NonZero-style row dispatch found */
-	int dense;            /* already dense (GatherElements on all experts): nothing to do */
-	int nodes, convs;     /* nodes (and Conv nodes) named in scope, subgraphs included */
-	size_t end;           /* one past the last main-graph node named in scope: the
-	                       * data-flow sweeps stop there, not at the model's end */
+	int nodes, convs;     /* nodes (and Conv nodes) of the present experts */
+	unsigned gen;         /* c->gen at detection */
 } Layer;
+
+/* Every MoE layer of the model, in graph order of their routers. A router
+ * whose indices reach an expert-id comparison but whose dispatch cannot be
+ * expressed is an error saying why. s (or NULL) lends its explicit values
+ * (input, output) to the layers its names or router.indices point at;
+ * Layer.spec is that hint until moe_bind sets the binding. */
+int moe_find(Ctx *c, const Spec *s, Layer **out, size_t *n, Err *e);
+
+/* Ties experts.yaml layers to detected layers (by names, then by checkpoint
+ * values for what names do not settle) and checks that the two agree
+ * (top_k, expert count, ids). bound[i] is the detected layer of spec layer
+ * i. Every damaged detected layer must be bound. */
+int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, Err *e);
+
+/* Diagnosis without a spec: one LayerReport per detected layer. */
+int moe_scan(Ctx *c, const Layer *L, size_t nl, Report *r, Err *e);
 
 /* A way to rebuild one template tensor for any expert from the checkpoint. */
 typedef enum { R_NAME, R_VALUE, R_FOLD_W, R_FOLD_B, R_SHARED } RKind;
@@ -60,11 +93,6 @@ typedef struct {
 	double maxdiff; /* largest relative difference seen verifying present experts */
 } Mapping;
 
-int moe_detect(Ctx *c, const SpecLayer *s, Layer *L, Err *e);
-/* Without a spec: every TopK whose indices are compared with expert ids or
- * gate If nodes. Fills one LayerReport per router found. */
-int moe_scan(Ctx *c, Report *r, Err *e);
-
 int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err *e);
 /* Builds expert `id`'s version of template tensor r->tname, in t's dtype. */
 int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w,
@@ -78,9 +106,6 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
 int fold_shape_ifs(Ctx *c, int dry, Err *e);
 
 /* Helpers shared by the MoE passes. */
-/* Expert ids the dispatch compares the router indices with (Equal against
- * a constant, possibly after Cast/Identity); returns how many, at most max. */
-int moe_compared_ids(Ctx *c, const Graph *g, const char *indices, int *ids, int max);
 const char *expert_path(Ctx *c, const SpecLayer *s, int id); /* "model.0.experts.3" */
 int g_rank(const Graph *g, const char *name, int depth);     /* -1 unknown */
 

@@ -385,6 +385,16 @@ static const char *keys_under(Ctx *c, WSrc *w, const char *pre)
 	return buf;
 }
 
+/* Expert id's module path as node names show it. */
+static const char *named_path(Ctx *c, const Layer *L, int id)
+{
+	const char *p = strstr(L->pattern, "{i}");
+	if (!p)
+		return NULL;
+	return arena_printf(c->a, "%s%s%.*s%d%s", L->module, *L->module ? "." : "", (int)(p - L->pattern), L->pattern, id,
+			    p + 3);
+}
+
 /* The tensors an expert's nodes read that are constants: initializers, or
  * Constant nodes of the expert. Slots are (node index, input index). */
 typedef struct {
@@ -454,10 +464,18 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 			const void *pa = g_tensor_bytes(c, t, &na, e), *pb = u ? g_tensor_bytes(c, u, &nb, e) : NULL;
 			agree = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
 		}
-		if (!agree)
-			return errf(e, "layer %s: tensor '%s' of expert %d (input %zu of node '%s') matches no checkpoint tensor under '%s' by name, value or Conv+BatchNorm folding (keys there: %s)",
-				    L->scope, t->name, tpl->id, sl[i].input, tpl->node[sl[i].node]->name, pre,
-				    keys_under(c, w, pre));
+		if (!agree) {
+			errf(e, "layer %s: tensor '%s' of expert %d (input %zu of node '%s') matches no checkpoint tensor under '%s' by name, value or Conv+BatchNorm folding (keys there: %s)",
+			     L->scope, t->name, tpl->id, sl[i].input, tpl->node[sl[i].node]->name, pre, keys_under(c, w, pre));
+			/* Names are hints, but a wrong `expert:` is the usual cause. */
+			const char *seen = L->module && L->pattern ? named_path(c, L, tpl->id) : NULL;
+			if (seen && strcmp(seen, expert_path(c, L->spec, tpl->id)) != 0) {
+				size_t len = strlen(e->msg);
+				snprintf(e->msg + len, sizeof e->msg - len, "; node names put expert %d at '%s': check `expert:` and `scope:`",
+					 tpl->id, seen);
+			}
+			return -1;
+		}
 	}
 	/* Verify on every present expert, the template included. */
 	for (size_t k = 0; k < L->nex; k++) {

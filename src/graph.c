@@ -176,6 +176,7 @@ int g_reindex(Ctx *c, Err *e)
 	 * otherwise keep one dead index per layer, quadratic memory. */
 	arena_free(c->ia);
 	c->ia = arena_new();
+	c->gen++;
 	map_init(&c->names, c->ia, gp->n_node * 3 + gp->n_initializer);
 	pmap_init(&c->nodeg, c->ia, gp->n_node);
 	pmap_init(&c->nodeidx, c->ia, gp->n_node);

@@ -59,6 +59,7 @@ typedef struct {
 	PMap nodeidx;    /* Node* -> position + 1 in its graph, for stable orders */
 	Map fresh;       /* base name -> last suffix handed out */
 	Arena *ia;       /* the index (Graph, Val, maps), replaced by each g_reindex */
+	unsigned gen;    /* counts g_reindex calls: results that hold index objects record it */
 	Map rank;        /* see Graph.rank */
 	/* Reads a tensor kept in external data (the model's mapping of its
 	 * file); set after g_init by whoever loaded the model, NULL: unreadable. */

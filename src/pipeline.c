@@ -1,5 +1,7 @@
-/* The pipeline in one place: index -> per-layer detect and densify ->
- * shape-guard folding -> dead-node elimination, sort -> check. */
+/* The pipeline in one place: index -> detect -> bind -> per-layer densify
+ * -> tidy -> shape-guard folding -> tidy -> check. Every rebuild of the
+ * index is written out here: detection results hold no index objects, and
+ * the passes that take a Layer check it was detected on the current index. */
 #include "pipeline.h"
 
 #include <string.h>
@@ -32,30 +34,24 @@ static int ext_data(void *md, const Tensor *t, const void **p, size_t *n, Err *e
 	return model_tensor_data(md, t, p, n, e);
 }
 
-/* Node and Conv counts of a layer after the repair, in one walk. */
-static void count_walk(const Onnx__GraphProto *gp, const char *scope, int *nodes, int *convs)
+static int count_convs(const Onnx__GraphProto *gp)
 {
+	int n = 0;
 	for (size_t i = 0; i < gp->n_node; i++) {
-		const Node *n = gp->node[i];
-		if (n->name && path_match(n->name, scope)) {
-			(*nodes)++;
-			*convs += g_is(n, "Conv");
-		}
-		for (size_t j = 0; j < n->n_attribute; j++) {
-			if (n->attribute[j]->g)
-				count_walk(n->attribute[j]->g, scope, nodes, convs);
-			for (size_t k = 0; k < n->attribute[j]->n_graphs; k++)
-				count_walk(n->attribute[j]->graphs[k], scope, nodes, convs);
+		const Node *nd = gp->node[i];
+		n += g_is(nd, "Conv");
+		for (size_t j = 0; j < nd->n_attribute; j++) {
+			if (nd->attribute[j]->g)
+				n += count_convs(nd->attribute[j]->g);
+			for (size_t k = 0; k < nd->attribute[j]->n_graphs; k++)
+				n += count_convs(nd->attribute[j]->graphs[k]);
 		}
 	}
+	return n;
 }
 
-static void counts_after(Ctx *c, LayerReport *lr)
-{
-	lr->nodes_after = lr->convs_after = 0;
-	count_walk(c->m->graph, lr->scope, &lr->nodes_after, &lr->convs_after);
-}
-
+/* Dead nodes out, then a stable topological sort; each step needs the
+ * index of the graph as the previous step left it. */
 static int tidy(Ctx *c, Err *e)
 {
 	if (g_reindex(c, e))
@@ -78,65 +74,66 @@ static int sort_all(Ctx *c, Graph *g, Err *e)
 	return 0;
 }
 
+static void report_layer(Arena *a, const Layer *L, LayerReport *lr)
+{
+	lr->scope = L->scope;
+	lr->experts = L->spec->experts;
+	lr->top_k = L->spec->top_k;
+	lr->present = arena_alloc(a, (L->nex + 1) * sizeof *lr->present);
+	for (size_t k = 0; k < L->nex; k++)
+		lr->present[lr->npresent++] = L->ex[k].id;
+	lr->ifs = L->nif;
+	lr->nodes_before = lr->nodes_after = L->nodes;
+	lr->convs_before = lr->convs_after = L->convs;
+	lr->dense = L->form == FORM_DENSE;
+	lr->inserted = arena_alloc(a, ((size_t)L->spec->experts + 1) * sizeof *lr->inserted);
+}
+
 int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 {
 	Ctx c;
+	Layer *L = NULL;
+	size_t nl = 0;
+	Open *open = NULL;
+	size_t nopen = 0;
+	int ret = -1;
 	memset(r, 0, sizeof *r);
 	/* The passes walk producers and consumers assuming a well-formed graph:
 	 * cycles, values defined twice or never are refused before any runs. */
-	if (g_init(&c, md->m, md->a, e) || sort_all(&c, c.g, e) || g_check(&c, e)) {
-		g_fini(&c);
-		return -1; /* main prefixes the file name */
-	}
+	if (g_init(&c, md->m, md->a, e) || sort_all(&c, c.g, e) || g_check(&c, e))
+		goto out;
 	c.ext = ext_data;
 	c.ext_ud = md;
+	r->convs_before = r->convs_after = count_convs(md->m->graph);
+
+	if (o->progress)
+		progress_step(o->progress, "finding MoE layers", 1, 1, NULL);
+	if (moe_find(&c, spec, &L, &nl, e))
+		goto out;
 	if (!spec) {
-		int rc = moe_scan(&c, r, e);
-		g_fini(&c);
-		return rc;
+		ret = moe_scan(&c, L, nl, r, e);
+		goto out;
 	}
 
-	Open *open = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *open);
-	size_t nopen = 0;
-	int ret = -1;
-	r->layer = arena_alloc(md->a, (spec->nlayer ? spec->nlayer : 1) * sizeof *r->layer);
-	/* Every layer is detected on the model as exported, then every layer
-	 * repaired, then the model tidied and reindexed once: the index stays
-	 * valid through the repairs (they keep the names other layers read,
-	 * and no layer's detection depends on another's repair), and a
-	 * reindex or sweep per layer would make the repair quadratic in
-	 * layers. */
-	Layer *Ls = arena_alloc(md->a, (spec->nlayer ? spec->nlayer : 1) * sizeof *Ls);
-	int *fix = arena_alloc(md->a, (spec->nlayer ? spec->nlayer : 1) * sizeof *fix);
+	Layer **bound = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *bound);
+	if (moe_bind(&c, spec, L, nl, bound, e))
+		goto out;
+	open = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *open);
+	r->layer = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *r->layer);
+	/* Every layer is repaired on the index of the model as exported: the
+	 * repairs keep the names other layers read, and no layer's detection
+	 * depends on another's repair, so one reindex after all of them
+	 * suffices (one per layer would make the repair quadratic in layers). */
 	for (size_t i = 0; i < spec->nlayer; i++) {
-		const SpecLayer *s = &spec->layer[i];
+		Layer *l = bound[i];
 		LayerReport *lr = &r->layer[r->nlayer++];
-		lr->scope = s->scope;
-		lr->experts = s->experts;
-		lr->top_k = s->top_k;
-		if (o->progress)
-			progress_step(o->progress, "finding experts, layer", i + 1, spec->nlayer, NULL);
-		Layer *L = &Ls[i];
-		if (moe_detect(&c, s, L, e))
-			goto out;
-		/* What detection collected: a count of its own would walk the
-		 * whole model once more per layer. */
-		lr->nodes_before = L->nodes;
-		lr->convs_before = L->convs;
-		lr->present = arena_alloc(md->a, (L->nex + 1) * sizeof *lr->present);
-		for (size_t k = 0; k < L->nex; k++)
-			lr->present[lr->npresent++] = L->ex[k].id;
-		lr->ifs = L->nif;
-		if (L->dense) {
-			lr->nodes_after = lr->nodes_before;
-			lr->convs_after = lr->convs_before;
+		report_layer(md->a, l, lr);
+		if (l->form == FORM_DENSE)
 			continue;
-		}
 		r->damaged = 1;
 		if (o->check_only) {
 			/* What a repair would insert. */
-			lr->inserted = arena_alloc(md->a, (size_t)s->experts * sizeof *lr->inserted);
-			for (int id = 0, k = 0; id < s->experts; id++) {
+			for (int id = 0, k = 0; id < l->spec->experts; id++) {
 				if (k < lr->npresent && lr->present[k] == id)
 					k++;
 				else
@@ -144,18 +141,12 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 			}
 			continue;
 		}
-		fix[i] = 1;
-	}
-	for (size_t i = 0; i < spec->nlayer; i++) {
-		if (!fix[i])
-			continue;
-		const SpecLayer *s = &spec->layer[i];
 		if (o->progress)
 			progress_step(o->progress, "rebuilding experts, layer", i + 1, spec->nlayer, NULL);
 		WSrc *w = NULL;
-		if ((int)Ls[i].nex < s->experts && !(w = source(open, &nopen, s, md->a, e)) && s->weights)
+		if ((int)l->nex < l->spec->experts && !(w = source(open, &nopen, l->spec, md->a, e)) && l->spec->weights)
 			goto out;
-		if (moe_densify(&c, &Ls[i], w, &r->layer[i], e))
+		if (moe_densify(&c, l, w, lr, e))
 			goto out;
 		/* Checkpoint and external data pages read for this layer leave
 		 * the process: resident memory stays about the output's size. */
@@ -165,6 +156,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	}
 	if (r->changed && tidy(&c, e))
 		goto out;
+
 	int f = fold_shape_ifs(&c, o->check_only, e);
 	if (f < 0)
 		goto out;
@@ -178,8 +170,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		}
 	}
 	if (r->changed) {
-		for (size_t i = 0; i < r->nlayer; i++)
-			counts_after(&c, &r->layer[i]);
+		r->convs_after = count_convs(md->m->graph);
 		if (!o->no_check && g_check(&c, e))
 			goto out;
 	}

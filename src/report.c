@@ -22,6 +22,10 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 	for (size_t i = 0; i < r->nlayer; i++) {
 		const LayerReport *l = &r->layer[i];
 		fprintf(f, "%s: %s:", name, l->scope ? l->scope : "?");
+		if (l->dense) {
+			fputs(" dense dispatch, nothing to repair\n", f);
+			continue;
+		}
 		if (l->experts)
 			fprintf(f, " %d experts", l->experts);
 		if (l->top_k)
@@ -37,7 +41,7 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 				ids(f, l->inserted, l->ninserted);
 			else
 				fputs("none", f);
-			fprintf(f, "; If removed %d; Conv %d -> %d", l->repaired ? l->ifs : 0, l->convs_before, l->convs_after);
+			fprintf(f, "; If removed %d; experts' Conv %d -> %d", l->repaired ? l->ifs : 0, l->convs_before, l->convs_after);
 		} else {
 			if (l->experts > l->npresent) {
 				/* What --check promises to say: which experts are gone. */
@@ -48,7 +52,7 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 						first = 0;
 					}
 			}
-			fprintf(f, "; If gating experts %d; Conv %d", l->ifs, l->convs_before);
+			fprintf(f, "; If gating experts %d; experts' Conv %d", l->ifs, l->convs_before);
 		}
 		if (verbose) {
 			fprintf(f, "; nodes %d", l->nodes_before);
@@ -60,6 +64,8 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 	if (r->ifs_folded)
 		fprintf(f, "%s: shape-guard If %s outside MoE layers: %d\n", name,
 		        mode == RUN_REPAIR ? "folded" : "to fold", r->ifs_folded);
+	if (mode == RUN_REPAIR && r->changed)
+		fprintf(f, "%s: Conv %d -> %d\n", name, r->convs_before, r->convs_after);
 }
 
 static void ints(FILE *f, const int *v, int n)
@@ -94,9 +100,10 @@ void report_json(FILE *f, const Report *r)
 		fprintf(f, ", \"ifs\": %d, \"nodes_before\": %d, \"nodes_after\": %d, \"convs_before\": %d, \"convs_after\": %d, \"map_maxdiff\": ",
 		        l->ifs, l->nodes_before, l->nodes_after, l->convs_before, l->convs_after);
 		num(f, l->map_maxdiff);
-		fprintf(f, ", \"repaired\": %s}", l->repaired ? "true" : "false");
+		fprintf(f, ", \"dense\": %s, \"repaired\": %s}", l->dense ? "true" : "false", l->repaired ? "true" : "false");
 	}
 	fputs(r->nlayer ? "\n  ]" : "]", f);
+	fprintf(f, ", \"convs_before\": %d, \"convs_after\": %d", r->convs_before, r->convs_after);
 }
 
 /* Length of the valid UTF-8 sequence at p, 0 when invalid (overlongs,

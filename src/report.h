@@ -13,10 +13,11 @@ typedef struct {
 	int *inserted;        /* expert ids re-inserted */
 	int ninserted;
 	int ifs;              /* If nodes gating experts (found, or removed when repaired) */
-	int nodes_before, nodes_after;
-	int convs_before, convs_after;
+	int nodes_before, nodes_after; /* nodes of the layer's experts */
+	int convs_before, convs_after; /* Conv nodes of the layer's experts */
 	double map_maxdiff;   /* largest relative difference in the mapping check */
 	int repaired;         /* 1 when the layer was rewritten */
+	int dense;            /* already in the dense form: nothing to repair */
 } LayerReport;
 
 typedef struct {
@@ -25,6 +26,7 @@ typedef struct {
 	int ifs_folded;       /* shape-guard Ifs folded to Squeeze outside MoE layers */
 	int damaged;          /* --check / diagnosis: something needs repair */
 	int changed;          /* the model was rewritten */
+	int convs_before, convs_after; /* Conv nodes of the whole model */
 } Report;
 
 /* How the run was asked: the same Report reads differently in each. */

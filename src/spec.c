@@ -183,8 +183,10 @@ static int layer(P *p, const yaml_node_t *n, const Spec *s, SpecLayer *l)
 	if (get_str(p, "scope", v[L_SCOPE], &l->scope) || get_int(p, "experts", v[L_EXPERTS], &l->experts) ||
 		get_int(p, "top_k", v[L_TOPK], &l->top_k))
 		return -1;
-	if (!*l->scope)
-		return at(p, v[L_SCOPE], "'scope' is empty; give the layer's module path, e.g. model.6");
+	/* "" is the root: a MoE module exported alone. */
+	if (l->scope[0] == '.' || (*l->scope && l->scope[strlen(l->scope) - 1] == '.'))
+		return at(p, v[L_SCOPE], "'scope' '%s' starts or ends with a dot; give the module path as named_modules() shows it, e.g. model.6",
+			  l->scope);
 	if (l->experts < 1)
 		return at(p, v[L_EXPERTS], "'experts' must be at least 1, got %d", l->experts);
 	if (l->experts > MAX_EXPERTS) /* the passes allocate and search per expert */
@@ -457,11 +459,11 @@ const char *spec_node_module(Arena *a, const char *node)
 int spec_place(const SpecLayer *l, const char *module)
 {
 	size_t sl = strlen(l->scope);
-	if (strncmp(module, l->scope, sl) || (module[sl] && module[sl] != '.'))
+	if (strncmp(module, l->scope, sl) || (sl && module[sl] && module[sl] != '.'))
 		return SPEC_OUTSIDE;
 	if (!module[sl])
 		return SPEC_LAYER;
-	const char *m = module + sl + 1, *p = l->expert ? l->expert : "experts.{i}";
+	const char *m = module + sl + (sl ? 1 : 0), *p = l->expert ? l->expert : "experts.{i}";
 	int idx = -1;
 	while (*p) {
 		if (!strncmp(p, "{i}", 3)) {

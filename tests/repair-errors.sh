@@ -18,16 +18,17 @@ case_() {
 	[ ! -e "$T/o.onnx" ] || fail "$name: an output was written"
 }
 
-case_ "scope that names nothing" "$d/broken.onnx" "layer model.9: no node name lies under this scope; check \`scope:\`" -- \
+case_ "scope that names nothing" "$d/broken.onnx" "layer model.9: no MoE router of the model is under this scope" -- \
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.9" "    experts: 4" "    top_k: 2"
-case_ "expert pattern that names nothing" "$d/broken.onnx" "no node matches any expert path ('model.0.blocks.0'); check \`expert:\`" -- \
+case_ "expert pattern that names nothing" "$d/broken.onnx" "matches no checkpoint tensor under 'model.0.blocks.0.'" -- \
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" "    expert: blocks.{i}"
-case_ "fewer experts than dispatched" "$d/broken.onnx" "compares the router indices with 3, but experts: 3" -- \
+case_ "fewer experts than dispatched" "$d/broken.onnx" "compares the router indices with expert id 3, but experts: 3" -- \
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 3" "    top_k: 2"
 case_ "checkpoint of another model" "$d/broken.onnx" "matches no checkpoint tensor under 'model.0.experts.0.'" -- \
 	"weights: $top_srcdir/testdata/single_gn/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2"
 case_ "key prefix that matches nothing" "$k2/broken.onnx" "(keys there: none)" -- \
-	"weights: $k2/model.safetensors" "moe:" "  - scope: model.1" "    experts: 4" "    top_k: 2" "    prefix: ema."
+	"weights: $k2/model.safetensors" "moe:" "  - scope: model.1" "    experts: 4" "    top_k: 2" "    prefix: ema." \
+	"  - {scope: model.3, experts: 8, top_k: 2, prefix: ema.}" "  - {scope: model.5, experts: 16, top_k: 2, prefix: ema.}"
 case_ "router override that is not a value" "$d/broken.onnx" "router.indices '/nope' is not a value of the model" -- \
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" "    router:" "      indices: /nope"
 case_ "output override that is not a value" "$d/broken.onnx" "output '/nope' is not a value of the model" -- \

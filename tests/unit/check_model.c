@@ -237,7 +237,7 @@ START_TEST(report_json_shape)
 	LayerReport l = { .scope = "model.2", .experts = 4, .top_k = 2, .present = present, .npresent = 2,
 	                  .inserted = inserted, .ninserted = 2, .convs_before = 7, .convs_after = 11,
 	                  .map_maxdiff = 0.0 / 0.0, .repaired = 1 };
-	Report r = { .layer = &l, .nlayer = 1, .damaged = 1, .changed = 1 };
+	Report r = { .layer = &l, .nlayer = 1, .damaged = 1, .changed = 1, .convs_before = 9, .convs_after = 13 };
 	char buf[1024];
 	FILE *f = fmemopen(buf, sizeof buf, "w");
 	report_json(f, &r);
@@ -248,11 +248,11 @@ START_TEST(report_json_shape)
 	f = fmemopen(buf, sizeof buf, "w");
 	report_print(f, "m.onnx", &r, RUN_REPAIR, 0);
 	fclose(f);
-	ck_assert_str_eq(buf, "m.onnx: model.2: 4 experts, top-2; present 0,1, re-inserted 2,3; If removed 0; Conv 7 -> 11\n");
+	ck_assert_str_eq(buf, "m.onnx: model.2: 4 experts, top-2; present 0,1, re-inserted 2,3; If removed 0; experts' Conv 7 -> 11\nm.onnx: Conv 9 -> 13\n");
 	f = fmemopen(buf, sizeof buf, "w");
 	report_print(f, "m.onnx", &r, RUN_CHECK, 0);
 	fclose(f);
-	ck_assert_str_eq(buf, "m.onnx: model.2: 4 experts, top-2; present 0,1, missing 2,3; If gating experts 0; Conv 7\n");
+	ck_assert_str_eq(buf, "m.onnx: model.2: 4 experts, top-2; present 0,1, missing 2,3; If gating experts 0; experts' Conv 7\n");
 }
 END_TEST
 

@@ -1,0 +1,128 @@
+/* Binding: which detected MoE layer each experts.yaml layer describes.
+ *
+ * Names are hints: where node names carry module paths, an experts.yaml
+ * layer binds to the detected layer whose expert nodes sit at the paths
+ * it names (expert id for expert id), or whose router lies under its
+ * scope. What names do not settle (renamed or name-free exports) is bound
+ * by value: the layer whose present experts' tensors rebuild from the
+ * checkpoint under the YAML layer's keys. Then the two must agree: top_k
+ * with the TopK, the expert count with the router and the ids dispatched. */
+#include <string.h>
+
+#include "moe.h"
+
+/* How strongly names tie spec layer s to detected layer L: expert nodes at
+ * the expert path of their own id count 2 each, a router under the scope 1. */
+static int name_score(Ctx *c, const SpecLayer *s, const Layer *L)
+{
+	int score = 0;
+	for (size_t k = 0; k < L->nex; k++) {
+		const Expert *x = &L->ex[k];
+		for (size_t j = 0; j < x->nnode; j++) {
+			const char *m = x->node[j]->name ? spec_node_module(c->a, x->node[j]->name) : NULL;
+			if (m && spec_place(s, m) == x->id) {
+				score += 2;
+				break;
+			}
+		}
+	}
+	if (L->topk && L->topk->name) {
+		const char *m = spec_node_module(c->a, L->topk->name);
+		size_t n = strlen(s->scope);
+		if (m && (!n || (strncmp(m, s->scope, n) == 0 && (m[n] == '.' || !m[n]))))
+			score += 1;
+	}
+	return score;
+}
+
+static int check_agree(const SpecLayer *s, const Layer *L, Err *e)
+{
+	if (L->topk_k >= 0 && L->topk_k != s->top_k)
+		return errf(e, "layer %s: experts.yaml says top_k: %d, but the router's TopK '%s' takes %lld; fix top_k",
+			    s->scope, s->top_k, L->topk->name ? L->topk->name : "", (long long)L->topk_k);
+	if (L->width >= 0 && L->width != s->experts)
+		return errf(e, "layer %s: experts.yaml says experts: %d, but the router scores %lld experts; fix experts",
+			    s->scope, s->experts, (long long)L->width);
+	for (size_t k = 0; k < L->nex; k++)
+		if (L->ex[k].id >= s->experts)
+			return errf(e, "layer %s: the dispatch compares the router indices with expert id %d, but experts: %d; fix experts",
+				    s->scope, L->ex[k].id, s->experts);
+	return 0;
+}
+
+/* What experts.yaml names explicitly replaces what detection found. */
+static int overrides(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
+{
+	const char *const *v[] = { &s->router_weights, &s->input, &s->output };
+	const char **dst[] = { &L->weights, &L->x, &L->combined };
+	const char *key[] = { "router.weights", "input", "output" };
+	for (int i = 0; i < 3; i++) {
+		if (!*v[i])
+			continue;
+		if (!g_val(c->g, *v[i]))
+			return errf(e, "layer %s: %s '%s' is not a value of the model", s->scope, key[i], *v[i]);
+		*dst[i] = *v[i];
+	}
+	return 0;
+}
+
+int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, Err *e)
+{
+	int *taken = arena_alloc(c->a, (nl ? nl : 1) * sizeof *taken);
+	for (size_t j = 0; j < nl; j++)
+		L[j].spec = NULL; /* detection's hints; the binding follows */
+	for (size_t i = 0; i < s->nlayer; i++) {
+		const SpecLayer *sl = &s->layer[i];
+		bound[i] = NULL;
+		if (sl->router_indices) {
+			if (!g_val(c->g, sl->router_indices))
+				return errf(e, "layer %s: router.indices '%s' is not a value of the model", sl->scope,
+					    sl->router_indices);
+			for (size_t j = 0; j < nl; j++)
+				if (strcmp(L[j].topk->output[1], sl->router_indices) == 0 ||
+				    (L[j].indices && strcmp(L[j].indices, sl->router_indices) == 0))
+					bound[i] = &L[j];
+			if (!bound[i])
+				return errf(e, "layer %s: router.indices '%s' is not the indices of any router the dispatch compares with expert ids",
+					    sl->scope, sl->router_indices);
+			continue;
+		}
+		int best = 0, nbest = 0;
+		for (size_t j = 0; j < nl; j++) {
+			int sc = name_score(c, sl, &L[j]);
+			if (sc > best) {
+				best = sc;
+				nbest = 1;
+				bound[i] = &L[j];
+			} else if (sc == best && sc > 0) {
+				nbest++;
+			}
+		}
+		if (nbest > 1)
+			return errf(e, "layer %s: %d routers sit under this scope; set router.indices in experts.yaml",
+				    sl->scope, nbest);
+	}
+	for (size_t i = 0; i < s->nlayer; i++) {
+		if (!bound[i])
+			continue;
+		size_t j = (size_t)(bound[i] - L);
+		if (taken[j])
+			return errf(e, "layer %s: its router '%s' is also another experts.yaml layer's; give each layer its own scope",
+				    s->layer[i].scope, L[j].topk->name ? L[j].topk->name : "");
+		taken[j] = 1;
+	}
+	for (size_t i = 0; i < s->nlayer; i++) {
+		if (!bound[i])
+			return errf(e, "layer %s: no MoE router of the model is under this scope (%zu found%s%s); check `scope:`",
+				    s->layer[i].scope, nl, nl ? ", first " : "", nl ? L[0].scope : "");
+		if (check_agree(&s->layer[i], bound[i], e) || overrides(c, &s->layer[i], bound[i], e))
+			return -1;
+		bound[i]->spec = &s->layer[i];
+		bound[i]->scope = s->layer[i].scope;
+	}
+	for (size_t j = 0; j < nl; j++)
+		if (!taken[j] && L[j].form != FORM_DENSE)
+			return errf(e, "the model has an MoE router '%s' (experts present: %zu) that experts.yaml does not list; add a layer for it",
+				    L[j].topk->name ? L[j].topk->name : L[j].topk->output[0], L[j].nex);
+	return 0;
+}
