@@ -29,6 +29,22 @@ static WSrc *source(Open *o, size_t *no, const SpecLayer *s, Arena *a, Err *e)
 	return w;
 }
 
+typedef struct {
+	Open *o;
+	size_t *no;
+	Arena *a;
+} Sources;
+
+static WSrc *bind_source(void *ud, const SpecLayer *s, Err *e)
+{
+	Sources *ss = ud;
+	WSrc *w = source(ss->o, ss->no, s, ss->a, e);
+	if (!w && !s->weights)
+		errf(e, "layer %s: node names do not tell which router it is, and it has no weights to tell by value; set `weights:` or router.indices",
+		     s->scope);
+	return w;
+}
+
 static int ext_data(void *md, const Tensor *t, const void **p, size_t *n, Err *e)
 {
 	return model_tensor_data(md, t, p, n, e);
@@ -116,9 +132,10 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	}
 
 	Layer **bound = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *bound);
-	if (moe_bind(&c, spec, L, nl, bound, e))
-		goto out;
 	open = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *open);
+	Sources ss = { open, &nopen, md->a };
+	if (moe_bind(&c, spec, L, nl, bound, bind_source, &ss, e))
+		goto out;
 	r->layer = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *r->layer);
 	/* Every layer is repaired on the index of the model as exported: the
 	 * repairs keep the names other layers read, and no layer's detection
