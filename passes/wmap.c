@@ -572,6 +572,145 @@ static int evidence(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m,
 	return ev;
 }
 
+/* Keys under the layer that belong to expert `id` without lying under its
+ * expert path: a component equal to the id where the same key with another
+ * id exists too (DiversifiedExpertGroup's dw_layers.{i} beside
+ * expert_projections.{i}). Returns how many, filling out (module prefixes
+ * ending in "."). */
+static size_t sibling_families(Src *s, const Layer *L, int id, const char ***out)
+{
+	Ctx *c = s->c;
+	const SpecLayer *sl = L->spec;
+	const char *base = arena_printf(c->a, "%s%s%s", sl->prefix ? sl->prefix : "", sl->scope, *sl->scope ? "." : "");
+	const char *own = key_prefix(c, L, id);
+	char idc[16];
+	snprintf(idc, sizeof idc, "%d", id);
+	size_t lo, hi, n = 0;
+	wsrc_range(s->w, base, &lo, &hi);
+	const char **v = NULL;
+	for (size_t i = lo; i < hi; i++) {
+		const char *k = wsrc_sorted(s->w, i)->name;
+		if (strncmp(k, own, strlen(own)) == 0 || sl->experts < 2)
+			continue;
+		/* each component equal to the id, after the layer's base */
+		for (const char *p = k + strlen(base); (p = strstr(p, idc)); p++) {
+			size_t li = strlen(idc);
+			if ((p > k && p[-1] != '.') || (p[li] != '.' && p[li]))
+				continue;
+			const char *mod = arena_printf(c->a, "%.*s", (int)(p - k + li) + (p[li] == '.'), k);
+			/* A family has a member of the same shape for every expert id
+			 * (numbered siblings of other kinds, conv.0 beside norm.1, do not). */
+			const WTensor *me = wsrc_sorted(s->w, i);
+			int all = 1;
+			for (int j = 0; j < sl->experts && all; j++) {
+				const WTensor *x = wsrc_get(s->w, arena_printf(c->a, "%.*s%d%s", (int)(p - k), k, j, p + li));
+				all = x && x->ndim == me->ndim && !memcmp(x->dims, me->dims, (size_t)me->ndim * sizeof *me->dims);
+			}
+			if (!all)
+				continue;
+			int seen = 0;
+			for (size_t j = 0; j < n && !seen; j++)
+				seen = strcmp(v[j], mod) == 0;
+			if (!seen) {
+				v = arena_grow(c->a, v, n * sizeof *v, (n + 1) * sizeof *v);
+				v[n++] = mod;
+			}
+		}
+	}
+	*out = v;
+	return n;
+}
+
+/* The experts' shared input must not be computed by per-expert weights: an
+ * expert that starts before its row gather (a per-expert depthwise layer
+ * on the shared stem) would be rebuilt without that start, silently wrong
+ * when one expert present cannot show the difference. The nodes computing
+ * the input, back to the router, are checked against the template's
+ * per-expert tensors outside its expert path. */
+static int shared_input(Src *s, const Layer *L, const Expert *tpl, Err *e)
+{
+	Ctx *c = s->c;
+	const char **fam;
+	size_t nf = sibling_families(s, L, tpl->id, &fam);
+	if (!nf)
+		return 0;
+	size_t low = L->topk ? g_pos(c, L->topk) : 0, nt = 0, ct = 64;
+	const char **todo = arena_alloc(c->a, ct * sizeof *todo);
+	PMap seen;
+	pmap_init(&seen, c->a, 64);
+	todo[nt++] = L->x;
+	for (int steps = 0; nt && steps < 256; steps++) {
+		Val *v = g_val(c->g, todo[--nt]);
+		Node *n = v ? v->def : NULL;
+		if (!n || pmap_get(&seen, n) || g_graph_of(c, n) != c->g || g_pos(c, n) < low)
+			continue;
+		pmap_put(&seen, n, (void *)1);
+		for (size_t j = 0; j < n->n_input; j++) {
+			const Tensor *t = g_const(c->g, n->input[j]);
+			int64_t cnt;
+			const float *f = t && t->n_dims ? tensor_f32(c, t, &cnt) : NULL;
+			for (size_t k = 0; f && cnt > 1 && k < nf; k++) {
+				Cands cs = candidates(s, t, f, cnt, fam[k]);
+				if (cs.n)
+					return errf(e, "layer %s: node '%s', which computes the experts' input '%s', reads '%s' = %s, a tensor of expert %d outside '%s' (the checkpoint has one per expert under '%s'): experts that span more than their expert path cannot be rebuilt",
+						    L->scope, n->name ? n->name : n->op_type, L->x, t->name,
+						    describe(c, fam[k], &cs.v[0].r), tpl->id, expert_path(c, L->spec, tpl->id), fam[k]);
+			}
+			if (!t && *n->input[j]) {
+				if (nt == ct) {
+					todo = arena_grow(c->a, todo, ct * sizeof *todo, 2 * ct * sizeof *todo);
+					ct *= 2;
+				}
+				todo[nt++] = n->input[j];
+			}
+		}
+	}
+	return 0;
+}
+
+static const char *shape_str(Ctx *c, const WTensor *t);
+
+/* Every expert of the layer must hold, in the checkpoint, the tensors the
+ * template holds, of the same shapes: missing experts are clones of the
+ * template, so a layer of differently built experts (DyMoE's four expert
+ * kinds) cannot be rebuilt, and says so before any tensor is. */
+static int same_structure(Src *s, const Layer *L, const Expert *tpl, Err *e)
+{
+	Ctx *c = s->c;
+	const char *tp = key_prefix(c, L, tpl->id);
+	size_t tlo, thi;
+	wsrc_range(s->w, tp, &tlo, &thi);
+	for (int id = 0; id < L->spec->experts; id++) {
+		if (id == tpl->id)
+			continue;
+		const char *p = key_prefix(c, L, id);
+		size_t lo, hi;
+		wsrc_range(s->w, p, &lo, &hi);
+		const char *odd = NULL;
+		for (size_t i = tlo; i < thi && !odd; i++) {
+			const WTensor *a = wsrc_sorted(s->w, i);
+			const char *k = arena_printf(c->a, "%s%s", p, a->name + strlen(tp));
+			const WTensor *b = wsrc_get(s->w, k);
+			if (!b)
+				return errf(e, "layer %s: %s has no '%s' for expert %d (expert %d has '%s'); is it this model's checkpoint?",
+					    L->scope, s->w->path, k, id, tpl->id, a->name);
+			else if (b->ndim != a->ndim || memcmp(b->dims, a->dims, (size_t)a->ndim * sizeof *a->dims))
+				odd = arena_printf(c->a, "has '%s' of shape %s where expert %d has %s", k, shape_str(c, b), tpl->id,
+						   shape_str(c, a));
+		}
+		if (!odd && hi - lo != thi - tlo)
+			odd = arena_printf(c->a, "has %zu tensors under '%s', expert %d has %zu", hi - lo, p, tpl->id, thi - tlo);
+		if (!odd)
+			continue;
+		if (lo == hi)
+			return errf(e, "layer %s: %s holds no tensor of expert %d under '%s'; is it this model's checkpoint, with these experts?",
+				    L->scope, s->w->path, id, p);
+		return errf(e, "layer %s: in %s, expert %d %s: experts built differently cannot be rebuilt from one template",
+			    L->scope, s->w->path, id, odd);
+	}
+	return 0;
+}
+
 int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err *e)
 {
 	Src s = { .c = c, .w = w };
@@ -582,6 +721,8 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 		if (!same_shape(c, tpl, &L->ex[k]))
 			return errf(e, "layer %s: expert %d's subgraph differs from expert %d's (%zu vs %zu nodes); experts of one layer must share a structure",
 				    L->scope, L->ex[k].id, tpl->id, L->ex[k].nnode, tpl->nnode);
+	if (same_structure(&s, L, tpl, e))
+		return -1;
 	size_t ns;
 	Slot *sl = const_slots(c, tpl, &ns);
 	const char *pre = key_prefix(c, L, tpl->id);
@@ -682,7 +823,7 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 			return -1;
 		}
 	}
-	return 0;
+	return shared_input(&s, L, tpl, e);
 }
 
 static const char *shape_str(Ctx *c, const WTensor *t)
