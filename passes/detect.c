@@ -810,17 +810,20 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, const char *view, E
 			return errf(e, "layer %s: expert %d's mask goes through %zu NonZero nodes; the layer cannot be repaired safely",
 				    L->scope, x->id, m.nnz);
 		Node *z = m.nz[0];
+		/* A scripted layer gathers inside the If body it gates. */
+		Graph *zg = g_graph_of(c, z);
 		Coords k = { .a = c->ia };
 		Map rk;
 		map_init(&rk, c->ia, 32);
-		flow_forward(c, g, (const char *[]){ z->output[0] }, 1, coord_step, &k, &rk);
+		flow_forward(c, zg, (const char *[]){ z->output[0] }, 1, coord_step, &k, &rk);
 		Node *row = NULL, *wg = NULL;
 		for (size_t i = 0; i < k.nuse; i++) {
 			Node *n = k.use[i];
 			Node *zz = NULL;
 			if (g_is(n, "ScatterElements") || g_is(n, "ScatterND"))
 				continue; /* checked with the routed sum */
-			if (g_is(n, "Gather") && g_attr_i(n, "axis", 0) == 0 && nz_coord(g, n->input[1], &zz) == 0 &&
+			Graph *ng = g_graph_of(c, n);
+			if (g_is(n, "Gather") && g_attr_i(n, "axis", 0) == 0 && nz_coord(ng, n->input[1], &zz) == 0 &&
 			    zz == z && !map_get(&rk, n->input[0])) {
 				if (row && strcmp(row->input[0], n->input[0]) != 0)
 					return errf(e, "layer %s: expert %d gathers rows of two tensors ('%s', '%s'); the layer cannot be repaired safely",
@@ -831,7 +834,7 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, const char *view, E
 				row = n;
 				continue;
 			}
-			const char *t = weight_source(g, n, z);
+			const char *t = weight_source(ng, n, z);
 			if (t && !wg) {
 				wg = n;
 				wsrc = t;
@@ -851,7 +854,7 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, const char *view, E
 			return -1;
 		Map r2;
 		map_init(&r2, c->ia, 16);
-		flow_forward(c, g, (const char *[]){ wg->output[0] }, 1, wuse_step, &wu, &r2);
+		flow_forward(c, g_graph_of(c, wg), (const char *[]){ wg->output[0] }, 1, wuse_step, &wu, &r2);
 		L->form = FORM_ROWS;
 	} else if (m.wsum) {
 		/* sum over slots of W * match, then (reshaped) times the expert. */
