@@ -605,6 +605,7 @@ static Acc *acc_eval(AccWalk *w, Node *n)
 				return NULL;
 			const char *o = s->gp->output[0]->name;
 			Acc *a = acc_of(w, o);
+			b1 = NULL;
 			if (a && !a->contrib) {
 				for (size_t i = 0; i < w->words; i++)
 					r->bits[i] |= a->bits[i];
