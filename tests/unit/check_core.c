@@ -44,9 +44,30 @@ START_TEST(err_one_line)
 {
 	Err e;
 	ck_assert_int_eq(errf(&e, "a\nb %d", 1), -1);
-	ck_assert_str_eq(e.msg, "a b 1");
+	ck_assert_str_eq(e.msg, "a\\nb 1");
 	errwrap(&e, "file.onnx");
-	ck_assert_str_eq(e.msg, "file.onnx: a b 1");
+	ck_assert_str_eq(e.msg, "file.onnx: a\\nb 1");
+}
+END_TEST
+
+/* A tensor name holding terminal controls: clear screen, window title
+ * (OSC ... BEL), a C1 CSI, U+2028, a right-to-left override and a byte
+ * that is not UTF-8 all come out as escapes; ordinary UTF-8 stays. */
+START_TEST(err_escapes_hostile_names)
+{
+	Err e;
+	errf(&e, "tensor '%s': bad", "w\x1b[2J\x1b]0;owned\x07\xc2\x9b" "1m\xe2\x80\xa8x\xe2\x80\xaey\xff\u00e9");
+	ck_assert_str_eq(e.msg, "tensor 'w\\x1b[2J\\x1b]0;owned\\x07\\u{009b}1m\\u{2028}x\\u{202e}y\\xff\u00e9': bad");
+	for (const char *p = e.msg; *p; p++)
+		ck_assert((unsigned char)*p >= 0x20 && *p != 0x7f);
+	/* Escaping twice changes nothing, and errwrap escapes its prefix. */
+	char again[sizeof e.msg];
+	ck_assert_str_eq(esc_text(again, sizeof again, e.msg), e.msg);
+	errwrap(&e, "%s", "in\x1b.onnx");
+	ck_assert_str_eq(e.msg, "in\\x1b.onnx: tensor 'w\\x1b[2J\\x1b]0;owned\\x07\\u{009b}1m\\u{2028}x\\u{202e}y\\xff\u00e9': bad");
+	/* An escape that does not fit is left out whole, not cut. */
+	char small[6];
+	ck_assert_str_eq(esc_text(small, sizeof small, "ab\x1b"), "ab");
 }
 END_TEST
 
@@ -57,6 +78,7 @@ int main(void)
 	tcase_add_test(tc, map_many);
 	tcase_add_test(tc, arena_big_and_small);
 	tcase_add_test(tc, err_one_line);
+	tcase_add_test(tc, err_escapes_hostile_names);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
