@@ -513,6 +513,8 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 	 * goes right after: peak memory stays about one model. */
 	md->m = onnx__model_proto__unpack(&pa, n, p);
 	munmap((void *)p, n);
+	if (!md->m && arena_check(a, e) < 0)
+		return errwrap(e, "%s", path);
 	if (!md->m)
 		return errf(e, "%s: not an ONNX model (protobuf-c rejected it although its wire format is well formed)", path);
 	if (!md->m->graph)
