@@ -569,11 +569,13 @@ int model_tensor_data(Model *md, const Onnx__TensorProto *t, const void **p, siz
 		if (ext_check(md, t, e) < 0 || !(x = map_get(&md->ext, loc)))
 			return -1;
 	if (!x->mapped) {
-		int fd = open(x->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		/* O_NONBLOCK: validated as a regular file at load, but it may
+		 * have been replaced by a FIFO since, and open would block. */
+		int fd = open(x->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 		struct stat st;
 		if (fd < 0)
 			return errf(e, "%s: tensor '%s': cannot open external data '%s': %s", md->path, name, x->loc, strerror(errno));
-		if (fstat(fd, &st) < 0 || st.st_dev != x->dev || st.st_ino != x->ino || st.st_size != x->size) {
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_dev != x->dev || st.st_ino != x->ino || st.st_size != x->size) {
 			close(fd);
 			return errf(e, "%s: tensor '%s': external data '%s' changed since the model was loaded", md->path, name, x->loc);
 		}
@@ -626,9 +628,13 @@ static int same_file(const struct stat *a, const struct stat *b)
  * silently change the model's weights. */
 static int same_bytes(const char *p1, const char *p2)
 {
-	int ok = 0, f1 = open(p1, O_RDONLY | O_CLOEXEC), f2 = open(p2, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* O_NONBLOCK: either may be a FIFO by now, which only a regular
+	 * file check after open can refuse without blocking. */
+	int ok = 0, f1 = open(p1, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY),
+	    f2 = open(p2, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 	struct stat s1, s2;
-	if (f1 >= 0 && f2 >= 0 && !fstat(f1, &s1) && !fstat(f2, &s2) && S_ISREG(s2.st_mode) && s1.st_size == s2.st_size) {
+	if (f1 >= 0 && f2 >= 0 && !fstat(f1, &s1) && !fstat(f2, &s2) && S_ISREG(s1.st_mode) && S_ISREG(s2.st_mode) &&
+	    s1.st_size == s2.st_size) {
 		size_t n = (size_t)s1.st_size;
 		if (!n) {
 			ok = 1;
