@@ -39,8 +39,8 @@ static int resolve(void *ctx, PkStorage *st, Err *e)
 			return errf(e, "storage '%s': member %s is missing; the checkpoint is incomplete",
 				st->key, name);
 		const void *p;
-		if (zip_read(&c->z, zm, &p, e))
-			return errwrap(e, "member %s", name);
+		if (zip_read(&c->z, zm, &p, e)) /* its messages name the member */
+			return -1;
 		m = arena_alloc(c->w->a, sizeof *m);
 		m->base = (void *)p;
 		m->len = (size_t)zm->usize;
