@@ -166,8 +166,16 @@ static const char *hint(const uint8_t *p, size_t n)
 int model_wire_check(const void *p, size_t n, Err *e)
 {
 	Scan s = { .p0 = p, .end = (const uint8_t *)p + n };
-	if (scan(&s, &onnx__model_proto__descriptor, p, s.end, 0) < 0)
-		return errf(e, "not an ONNX model (protobuf parse failed at byte %zu of %zu: %s%s)", s.at, n, s.why, hint(p, n));
+	if (scan(&s, &onnx__model_proto__descriptor, p, s.end, 0) < 0) {
+		/* The reason quotes values decoded from the bytes (field
+		 * numbers, lengths): of a file recognised as something else
+		 * (text behind a symlink, a checkpoint) they are its content,
+		 * so only where the parse broke is said. */
+		const char *h = hint(p, n);
+		if (*h)
+			return errf(e, "not an ONNX model (protobuf parse failed at byte %zu of %zu%s)", s.at, n, h);
+		return errf(e, "not an ONNX model (protobuf parse failed at byte %zu of %zu: %s)", s.at, n, s.why);
+	}
 	return 0;
 }
 
