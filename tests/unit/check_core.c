@@ -40,6 +40,29 @@ START_TEST(arena_big_and_small)
 }
 END_TEST
 
+/* Sizes from a file are checked before allocating; small allocations
+ * past the budget are served, and arena_check reports the overrun. */
+START_TEST(arena_budget_checks)
+{
+	size_t was = arena_budget();
+	Arena *a = arena_new();
+	arena_set_budget(arena_held() + (4u << 20));
+	Err e = { "" };
+	ck_assert_ptr_null(arena_try(a, (size_t)1 << 40, &e));
+	ck_assert_msg(strstr(e.msg, "needs 1099511627776 bytes of memory, more than the memory budget allows") != NULL, "%s", e.msg);
+	ck_assert_int_eq(arena_check(a, &e), 0); /* a refused try is not an overrun */
+	ck_assert_ptr_nonnull(arena_try(a, 2u << 20, &e));
+	for (int i = 0; i < 24; i++) /* past the budget, 1 MiB blocks: served */
+		ck_assert_ptr_nonnull(arena_alloc(a, 200000));
+	ck_assert_int_eq(arena_check(a, &e), -1);
+	ck_assert_msg(strstr(e.msg, "needs 1048576 bytes of memory") != NULL, "%s", e.msg);
+	size_t held = arena_held();
+	arena_free(a);
+	ck_assert_uint_lt(arena_held(), held); /* freed blocks leave the budget */
+	arena_set_budget(was);
+}
+END_TEST
+
 START_TEST(err_one_line)
 {
 	Err e;
@@ -77,6 +100,7 @@ int main(void)
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, map_many);
 	tcase_add_test(tc, arena_big_and_small);
+	tcase_add_test(tc, arena_budget_checks);
 	tcase_add_test(tc, err_one_line);
 	tcase_add_test(tc, err_escapes_hostile_names);
 	suite_add_tcase(s, tc);
