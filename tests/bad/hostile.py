@@ -8,7 +8,7 @@ message must not echo. cases.txt says how the tool must answer each.
 Written from the formats' specifications only (zip, pickle opcodes,
 safetensors, ONNX protobuf through python3-onnx): no torch, no reader of
 the tool. The one kind too large to commit, a 150 000-node chain, is
-written at test time by mkchain.c beside this file."""
+written at test time by tests/mkchain.c."""
 import io
 import json
 import struct
@@ -177,7 +177,7 @@ def vi(n, shape=None):
     return helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
 
 
-# The 150 000-node chains (4 MB each) are made by mkchain.c at test time.
+# The 150 000-node chains (4 MB each) are made by tests/mkchain.c at test time.
 
 # A shape guard If(Equal(Gather(Shape(t), 0), 1)) on t = Unsqueeze(v60),
 # where each v reads the one before twice (Gather(v, v)): a rank question
