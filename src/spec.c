@@ -3,6 +3,8 @@
  * plain scalars untyped): integers are plain decimal scalars. */
 #include "spec.h"
 
+#include "map.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <limits.h>
@@ -373,16 +375,20 @@ static int load(P *p, const char *src, size_t len, Spec *s)
 		goto out;
 	}
 	s->layer = arena_alloc(p->a, n * sizeof *s->layer);
+	Map seen;
+	map_init(&seen, p->a, n);
 	for (size_t i = 0; i < n; i++) {
 		yaml_node_t *ln = yaml_document_get_node(&doc, moe->data.sequence.items.start[i]);
 		if (layer(p, ln, s, &s->layer[i]))
 			goto out;
-		/* Layers are few (one per MoE block): a quadratic check is fine. */
-		for (size_t j = 0; j < i; j++)
-			if (!strcmp(s->layer[j].scope, s->layer[i].scope)) {
-				at(p, ln, "duplicate scope '%s' (first at line %d)", s->layer[i].scope, s->layer[j].line);
-				goto out;
-			}
+		/* Real files list a few layers, but a crafted one of 1 MiB
+		 * lists tens of thousands: no quadratic check. */
+		SpecLayer *first = map_get(&seen, s->layer[i].scope);
+		if (first) {
+			at(p, ln, "duplicate scope '%s' (first at line %d)", s->layer[i].scope, first->line);
+			goto out;
+		}
+		map_put(&seen, s->layer[i].scope, &s->layer[i]);
 		s->nlayer = i + 1;
 	}
 	/* A second document would be silently ignored: refuse it instead. */
