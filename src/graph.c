@@ -52,14 +52,27 @@ static void add_use(Ctx *c, Val *v, Node *n, Graph *g)
 	v->use[v->nuse++] = (Use){ n, g };
 }
 
+/* Arrays of the index grow by doubling: growing by one element copied the
+ * whole array each time, quadratic time and arena memory (a model of
+ * 20 000 If nodes asked for gigabytes). */
+static void *grow_arr(Ctx *c, void *p, size_t n, size_t *cap, size_t elsize)
+{
+	if (n < *cap)
+		return p;
+	size_t nc = *cap ? *cap * 2 : 4;
+	p = arena_grow(c->ia, p, n * elsize, nc * elsize);
+	*cap = nc;
+	return p;
+}
+
 static void add_outer(Ctx *c, Graph *g, const char *name)
 {
-	/* Small lists: a body reads a handful of outer values. */
-	for (size_t i = 0; i < g->nouter; i++)
-		if (strcmp(g->outer[i], name) == 0)
-			return;
-	g->outer = arena_grow(c->ia, g->outer, g->nouter * sizeof *g->outer,
-			      (g->nouter + 1) * sizeof *g->outer);
+	if (!g->outerset.a)
+		map_init(&g->outerset, c->ia, 8);
+	if (map_get(&g->outerset, name))
+		return;
+	map_put(&g->outerset, name, (void *)1);
+	g->outer = grow_arr(c, g->outer, g->nouter, &g->capouter, sizeof *g->outer);
 	g->outer[g->nouter++] = name;
 }
 
@@ -126,8 +139,9 @@ static int index_graph(Ctx *c, Graph *g, Err *e)
 				body[nb++] = at->graphs[k];
 			for (size_t k = 0; k < nb; k++) {
 				Graph *s = graph_new(c, body[k], g, n);
-				g->sub = arena_grow(c->ia, g->sub, g->nsub * sizeof *g->sub,
-						    (g->nsub + 1) * sizeof *g->sub);
+				if (!pmap_get(&c->subidx, n))
+					pmap_put(&c->subidx, n, (void *)(uintptr_t)(g->nsub + 1));
+				g->sub = grow_arr(c, g->sub, g->nsub, &g->capsub, sizeof *g->sub);
 				g->sub[g->nsub++] = s;
 				if (index_graph(c, s, e))
 					return -1;
@@ -180,6 +194,7 @@ int g_reindex(Ctx *c, Err *e)
 	map_init(&c->names, c->ia, gp->n_node * 3 + gp->n_initializer);
 	pmap_init(&c->nodeg, c->ia, gp->n_node);
 	pmap_init(&c->nodeidx, c->ia, gp->n_node);
+	pmap_init(&c->subidx, c->ia, 16);
 	c->g = graph_new(c, gp, NULL, NULL);
 	c->g->capnode = capnode;
 	c->g->capinit = capinit;
@@ -213,6 +228,18 @@ int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
 Graph *g_graph_of(const Ctx *c, const Node *n)
 {
 	return pmap_get(&c->nodeg, n);
+}
+
+size_t g_subs_of(const Ctx *c, const Graph *g, const Node *n, size_t *first)
+{
+	size_t i = (size_t)(uintptr_t)pmap_get(&c->subidx, n);
+	*first = i ? i - 1 : 0;
+	if (!i)
+		return 0;
+	size_t k = i - 1;
+	while (k < g->nsub && g->sub[k]->owner == n)
+		k++;
+	return k - (i - 1);
 }
 
 size_t g_pos(const Ctx *c, const Node *n)
@@ -616,10 +643,9 @@ static void mark_live(Ctx *c, Graph *g, PMap *live, Map *liveval)
 		Graph *ng = g_graph_of(c, n);
 		for (size_t j = 0; j < n->n_input; j++)
 			want(c, ng, n->input[j], live, liveval, &stack, &ns, &cap);
-		for (size_t k = 0; k < ng->nsub; k++) {
+		size_t k0, nk = g_subs_of(c, ng, n, &k0);
+		for (size_t k = k0; k < k0 + nk; k++) {
 			Graph *s = ng->sub[k];
-			if (s->owner != n)
-				continue;
 			/* Everything a live body reads is live, and the body itself is
 			 * pruned against its own outputs. */
 			mark_live(c, s, live, liveval);
@@ -695,10 +721,8 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 			if (k < nin) {
 				dep = f->n->input[k];
 			} else {
-				size_t off = k - nin, seen = 0;
-				for (size_t s = 0; s < g->nsub && !dep; s++) {
-					if (g->sub[s]->owner != f->n)
-						continue;
+				size_t off = k - nin, seen = 0, s0, ns = g_subs_of(c, g, f->n, &s0);
+				for (size_t s = s0; s < s0 + ns && !dep; s++) {
 					if (off < seen + g->sub[s]->nouter)
 						dep = g->sub[s]->outer[off - seen];
 					seen += g->sub[s]->nouter;

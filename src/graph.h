@@ -42,9 +42,10 @@ struct Graph {
 	Node *owner;      /* the If/Loop/Scan holding this body, NULL for the main graph */
 	Map val;          /* name -> Val*, values defined here */
 	const char **outer; /* names read here (or deeper) but defined in an enclosing graph */
-	size_t nouter;
-	Graph **sub;
-	size_t nsub;
+	size_t nouter, capouter;
+	Map outerset;     /* the same names, for a constant-time "already there?" */
+	Graph **sub;      /* bodies of this graph's nodes, each node's together, in node order */
+	size_t nsub, capsub;
 	size_t capnode, capinit; /* capacities of gp->node / gp->initializer when grown by us */
 	Map *rank;        /* g_rank's memo (value name -> rank + 2), the Ctx's, kept across reindexing */
 };
@@ -57,6 +58,7 @@ typedef struct {
 	Map names;       /* every value and node name in the model, for g_fresh */
 	PMap nodeg;      /* Node* -> Graph* */
 	PMap nodeidx;    /* Node* -> position + 1 in its graph, for stable orders */
+	PMap subidx;     /* Node* -> index + 1 of its first body in its graph's sub[] */
 	Map fresh;       /* base name -> last suffix handed out */
 	Arena *ia;       /* the index (Graph, Val, maps), replaced by each g_reindex */
 	unsigned gen;    /* counts g_reindex calls: results that hold index objects record it */
@@ -75,6 +77,10 @@ void g_fini(Ctx *c);              /* frees the index; the model stays */
 /* Value lookup in g, then its enclosing graphs. */
 Val *g_val(const Graph *g, const char *name);
 Graph *g_graph_of(const Ctx *c, const Node *n);
+/* The bodies of node n (an If's two, a Loop's one), which lives in g:
+ * *first is their index in g->sub; returns how many. Constant time, so
+ * walks over every node need not scan every body of the graph. */
+size_t g_subs_of(const Ctx *c, const Graph *g, const Node *n, size_t *first);
 size_t g_pos(const Ctx *c, const Node *n); /* position in its graph's node list */
 
 /* Node helpers. */

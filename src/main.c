@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -25,7 +26,7 @@ static const char usage[] =
 	"usage: onnx-moe-repair IN.onnx [IN2.onnx ...] [--experts experts.yaml] [--weights CKPT]\n"
 	"                       [-o OUT.onnx | -o DIR | -o -] [--check] [--report FILE.json]\n"
 	"                       [--emit-experts FILE] [--external-data FILE] [--no-check]\n"
-	"                       [--no-sync] [--in-place]\n"
+	"                       [--no-sync] [--in-place] [--max-memory SIZE]\n"
 	"                       [-q] [-v] [--help] [--version]\n"
 	"\n"
 	"Repairs Mixture-of-Experts ONNX models broken by torch.onnx.export tracing:\n"
@@ -52,6 +53,9 @@ static const char usage[] =
 	"  --no-sync         do not fsync the output: still replaced atomically, but\n"
 	"                    a power loss may lose it (for batch jobs that sync once)\n"
 	"  --in-place        replace the input (refused otherwise)\n"
+	"  --max-memory SIZE refuse an input that needs more memory than SIZE (bytes,\n"
+	"                    or with K, M, G, T: KiB ... TiB); default half the\n"
+	"                    physical memory, less under a lower ulimit -v\n"
 	"  --passthrough     load and write back without any pass (I/O test aid)\n"
 	"  -q, --quiet       no summary on stderr\n"
 	"  -v, --verbose     more detail: node counts, mapping check, timings\n"
@@ -62,7 +66,7 @@ static const char usage[] =
 	"1 (--check, diagnosis only) something needs repair, 2 error.\n";
 
 typedef struct {
-	const char *experts, *weights, *emit, *out, *report, *extdata;
+	const char *experts, *weights, *emit, *out, *report, *extdata, *max_memory;
 	int check, no_check, in_place, quiet, verbose, passthrough, no_sync;
 	char **in;
 	int nin;
@@ -111,9 +115,34 @@ static char *out_path(Arena *a, const Args *g, const char *in)
 	return arena_printf(a, "%.*s.repaired.onnx", (int)n, in);
 }
 
+/* "512M", "4G", "1073741824": bytes, or KiB ... TiB with a suffix
+ * (an "iB" or "B" after it is allowed). 0 when malformed or under 1 MiB,
+ * which nothing useful fits in. */
+static size_t size_arg(const char *s)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (end == s || errno || *s == '-' || *s == '+' || *s == ' ')
+		return 0;
+	int shift = 0;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	}
+	if (shift && (!strcmp(end, "iB") || !strcmp(end, "B")))
+		end += strlen(end);
+	if (*end || v > (SIZE_MAX >> shift))
+		return 0;
+	size_t b = (size_t)v << shift;
+	return b < (1u << 20) ? 0 : b;
+}
+
 static int parse(Args *g, int argc, char **argv, Err *e)
 {
-	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA, O_NOSYNC, O_WEIGHTS, O_EMIT };
+	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA, O_NOSYNC, O_WEIGHTS, O_EMIT, O_MAXMEM };
 	static const struct option opts[] = {
 		{ "experts", required_argument, NULL, O_EXPERTS },
 		{ "weights", required_argument, NULL, O_WEIGHTS },
@@ -126,6 +155,7 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		{ "passthrough", no_argument, NULL, O_PASS },
 		{ "external-data", required_argument, NULL, O_EXTDATA },
 		{ "no-sync", no_argument, NULL, O_NOSYNC },
+		{ "max-memory", required_argument, NULL, O_MAXMEM },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -146,6 +176,7 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		case O_PASS: g->passthrough = 1; break;
 		case O_EXTDATA: g->extdata = optarg; break;
 		case O_NOSYNC: g->no_sync = 1; break;
+		case O_MAXMEM: g->max_memory = optarg; break;
 		case 'q': g->quiet = 1; break;
 		case 'v': g->verbose = 1; break;
 		case 'h': fputs(usage, stdout); exit(0);
@@ -192,6 +223,12 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		return errf(e, "--passthrough runs no pass; drop %s", g->experts ? "--experts" : g->weights ? "--weights" : "--emit-experts");
 	if (g->emit && g->nin > 1)
 		return errf(e, "--emit-experts names one file, for one input; run once per model");
+	if (g->max_memory) {
+		size_t b = size_arg(g->max_memory);
+		if (!b)
+			return errf(e, "--max-memory %s: give a size of at least 1M, in bytes or with K, M, G or T (KiB ... TiB)", g->max_memory);
+		arena_set_budget(b);
+	}
 	if (g->quiet)
 		g->verbose = 0;
 	for (int i = 0; i < g->nin; i++)
@@ -351,6 +388,13 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 			rc = 2;
 			goto done;
 		}
+	}
+	/* The passes allocate without a check each; an overrun of the
+	 * budget they made is refused here, before anything is written. */
+	if (arena_check(a, e) < 0) {
+		errwrap(e, "%s", in);
+		rc = 2;
+		goto done;
 	}
 	t2 = now();
 	if (g->emit && !g->passthrough && write_spec(g->emit, r.spec, a, e) < 0) {

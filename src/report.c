@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include "err.h"
+
 #include <math.h>
 #include <stdint.h>
 
@@ -21,7 +23,9 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 {
 	for (size_t i = 0; i < r->nlayer; i++) {
 		const LayerReport *l = &r->layer[i];
-		fprintf(f, "%s: %s:", name, l->scope ? l->scope : "?");
+		/* A diagnosed layer's scope is a node name from the model. */
+		char scope[512];
+		fprintf(f, "%s: %s:", name, esc_text(scope, sizeof scope, l->scope ? l->scope : "?"));
 		if (l->dense) {
 			fputs(" dense dispatch, nothing to repair\n", f);
 			continue;

@@ -78,3 +78,19 @@ mkmodel() {
 		field_bytes 0x42 "$T/.opset"
 	} >"$out"
 }
+
+# bad_copy: copies tests/bad to $T/tests/bad (set as $B) with what make
+# dist would not keep or what is too large to commit: the symlinks, the
+# FIFOs and the 150 000-node chains (tests/mkchain). The YAML files
+# name weights as ../../testdata/..., hence the layout.
+bad_copy() {
+	mkchain=$top_builddir/tests/mkchain
+	[ -x "$mkchain" ] || { echo "FAIL: $mkchain not built (make check builds it)" >&2; exit 99; }
+	mkdir "$T/tests" && cp -R "$top_srcdir/tests/bad" "$T/tests/bad" && chmod -R u+w "$T/tests" &&
+		ln -s data.bin "$T/tests/bad/data_link.bin" && ln -s secret.txt "$T/tests/bad/link.safetensors" &&
+		mkfifo "$T/tests/bad/fifo.safetensors" "$T/tests/bad/fifo.bin" "$T/tests/bad/fifo_experts.yaml" &&
+		"$mkchain" ids 150000 >"$T/tests/bad/chain_ids.onnx" &&
+		"$mkchain" relu 150000 >"$T/tests/bad/chain_relu.onnx" &&
+		ln -s "$top_srcdir/testdata" "$T/testdata" || exit 99
+	B=$T/tests/bad
+}

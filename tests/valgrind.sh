@@ -49,18 +49,17 @@ done
 
 # The refusals: error paths free what they allocated too.
 EX=$top_srcdir/testdata/example
-# The YAML files name weights as ../../testdata/..., hence the layout;
-# the symlink and the FIFO are made here (make dist would not keep them).
-mkdir "$T/tests" && cp -R "$top_srcdir/tests/bad" "$T/tests/bad" && chmod -R u+w "$T/tests" &&
-	ln -s data.bin "$T/tests/bad/data_link.bin" && mkfifo "$T/tests/bad/fifo.safetensors" &&
-	ln -s "$top_srcdir/testdata" "$T/testdata" || exit 99
-B=$T/tests/bad
+bad_copy
 cd "$B" || exit 99
 while IFS= read -r line; do
 	case $line in '#'* | '') continue ;; esac
+	# Known failures (see cases.txt) crash or hang: tests/bad.sh keeps them.
+	case $line in '!'*) echo "skip: known failure: $line"; continue ;; esac
 	want=$(printf %s "$line" | sed 's/ *|.*//')
 	args=$(printf %s "$line" | sed 's/^[^|]*| *//; s/ *|.*//; s|@EX@|'"$EX"'|g')
 	case " $args " in *" --check "* | *" -o "*) out= ;; *) out="-o $T/bad.onnx" ;; esac
+	[ "$want" -lt 2 ] && out=
+	rm -f "$T/bad.onnx"
 	# shellcheck disable=SC2086
 	vg "$want" "bad: $args" $args $out
 done <"$B/cases.txt"
