@@ -78,13 +78,13 @@ static void num(FILE *f, double x)
 		fputs("null", f); /* JSON has no NaN */
 }
 
-void report_json(FILE *f, const Report *r)
+static void members(FILE *f, const Report *r, int oneline)
 {
 	fprintf(f, "\"damaged\": %s, \"changed\": %s, \"ifs_folded\": %d, \"layers\": [",
 	        r->damaged ? "true" : "false", r->changed ? "true" : "false", r->ifs_folded);
 	for (size_t i = 0; i < r->nlayer; i++) {
 		const LayerReport *l = &r->layer[i];
-		fputs(i ? ",\n    {" : "\n    {", f);
+		fputs(oneline ? (i ? ", {" : "{") : (i ? ",\n    {" : "\n    {"), f);
 		fputs("\"scope\": ", f);
 		json_str(f, l->scope);
 		fprintf(f, ", \"experts\": %d, \"top_k\": %d, \"present\": ", l->experts, l->top_k);
@@ -96,7 +96,17 @@ void report_json(FILE *f, const Report *r)
 		num(f, l->map_maxdiff);
 		fprintf(f, ", \"repaired\": %s}", l->repaired ? "true" : "false");
 	}
-	fputs(r->nlayer ? "\n  ]" : "]", f);
+	fputs(r->nlayer && !oneline ? "\n  ]" : "]", f);
+}
+
+void report_json(FILE *f, const Report *r)
+{
+	members(f, r, 0);
+}
+
+void report_json_line(FILE *f, const Report *r)
+{
+	members(f, r, 1);
 }
 
 /* Length of the valid UTF-8 sequence at p, 0 when invalid (overlongs,
