@@ -78,3 +78,15 @@ mkmodel() {
 		field_bytes 0x42 "$T/.opset"
 	} >"$out"
 }
+
+# readme_block TAG N: the Nth code block of README.md marked
+# "<!-- TAG runs this block -->", so the documented commands are the ones
+# tested. Fails when there is no such block.
+readme_block() {
+	awk -v tag="$1" -v want="$2" '
+		$0 == "<!-- " tag " runs this block -->" { n++; if (n == want) arm = 1; next }
+		arm == 1 && /^```/ { arm = 2; next }
+		arm == 2 && /^```/ { done = 1; exit }
+		arm == 2 { print }
+		END { exit !done }' "$top_srcdir/README.md"
+}
