@@ -3,7 +3,7 @@
 # model and nothing else is left in its folder.
 . "$top_srcdir/tests/lib.sh"
 
-[ -d /proc/self/fd ] || { echo "skip: needs /proc"; exit 77; }
+[ -d /proc/self/fd ] || { echo "SKIP: needs /proc"; exit 77; }
 mkdir "$T/in"
 mkmodel "$T/in/big.onnx" 134217728 # 128 MiB: long enough a write to catch
 s0=$(sum "$T/in/big.onnx")
@@ -22,7 +22,7 @@ pos_of_tmp() {
 }
 
 caught=0
-for try in 1 2 3 4 5; do
+for try in 1 2 3 4 5 6 7 8 9 10; do
 	"$BIN" -q --passthrough --in-place "$T/in/big.onnx" &
 	pid=$!
 	while kill -0 "$pid" 2>/dev/null; do
@@ -38,7 +38,7 @@ for try in 1 2 3 4 5; do
 	[ "$caught" -eq 1 ] && break
 done
 if [ "$caught" -ne 1 ]; then
-	echo "skip: the write finished before it could be caught five times"
+	echo "SKIP: the write finished before it could be caught ten times"
 	exit 77
 fi
 ok "--in-place killed with SIGKILL after $p bytes"
