@@ -5,7 +5,8 @@
 
 [ -d /proc/self/fd ] || { echo "SKIP: needs /proc"; exit 77; }
 mkdir "$T/in"
-mkmodel "$T/in/big.onnx" 134217728 # 128 MiB: long enough a write to catch
+# 128 tensors of 1 MiB: written in 128 steps, long enough to catch midway.
+mkmodel_chunks "$T/in/big.onnx" 128 1048576
 s0=$(sum "$T/in/big.onnx")
 
 # pos_of_tmp PID: write position of PID's file open for writing in $T/in
@@ -29,7 +30,7 @@ for try in 1 2 3 4 5 6 7 8 9 10; do
 		p=$(pos_of_tmp "$pid")
 		# Mid-write: the temporary open, not all bytes out (the write
 		# itself outruns this loop, so kill at first sight).
-		if [ -n "$p" ] && [ "$p" -lt 134217728 ]; then
+		if [ -n "$p" ] && [ "$p" -lt 67108864 ]; then
 			kill -9 "$pid" && caught=1
 			break
 		fi

@@ -90,3 +90,30 @@ readme_block() {
 		arm == 2 { print }
 		END { exit !done }' "$top_srcdir/README.md"
 }
+
+# mkmodel_chunks OUT N SIZE: a ModelProto with N embedded uint8
+# initializers w0..w(N-1) of SIZE bytes each: written in N steps, so a
+# test can catch the write midway (one large tensor is one write()).
+mkmodel_chunks() {
+	out=$1 n=$2 size=$3
+	head -c "$size" /dev/zero | tr '\0' '\1' >"$T/.data"
+	{ field_str 0x12 g; } >"$T/.graph"
+	i=0
+	while [ "$i" -lt "$n" ]; do
+		{
+			byte 0x08; varint "$size"
+			byte 0x10; byte 2
+			field_str 0x42 "w$i"
+			field_bytes 0x4a "$T/.data"
+		} >"$T/.tensor"
+		field_bytes 0x2a "$T/.tensor" >>"$T/.graph"
+		i=$((i + 1))
+	done
+	{ byte 0x10; byte 18; } >"$T/.opset"
+	{
+		byte 0x08; byte 8
+		field_bytes 0x3a "$T/.graph"
+		field_bytes 0x42 "$T/.opset"
+	} >"$out"
+	rm -f "$T/.data"
+}
