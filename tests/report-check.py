@@ -49,7 +49,11 @@ def main():
             validate(rec, {"$ref": "#/$defs/model"}, "line %d" % i)
             d.append(rec)
     else:
-        d = json.loads(text)
+        try:
+            d = json.loads(text)
+        except ValueError as e:
+            print("%s: not one JSON document: %s" % (args[1], e))
+            sys.exit(1)
         validate(d, schema, "document")
         if not errors:
             code = {"error": 2, "damaged": 1}
