@@ -92,13 +92,13 @@ static void num(FILE *f, double x)
 		fputs("null", f); /* JSON has no NaN */
 }
 
-void report_json(FILE *f, const Report *r)
+static void members(FILE *f, const Report *r, int oneline)
 {
 	fprintf(f, "\"damaged\": %s, \"changed\": %s, \"ifs_folded\": %d, \"layers\": [",
 	        r->damaged ? "true" : "false", r->changed ? "true" : "false", r->ifs_folded);
 	for (size_t i = 0; i < r->nlayer; i++) {
 		const LayerReport *l = &r->layer[i];
-		fputs(i ? ",\n    {" : "\n    {", f);
+		fputs(oneline ? (i ? ", {" : "{") : (i ? ",\n    {" : "\n    {"), f);
 		fputs("\"scope\": ", f);
 		json_str(f, l->scope);
 		fprintf(f, ", \"experts\": %d, \"top_k\": %d, \"present\": ", l->experts, l->top_k);
@@ -108,10 +108,23 @@ void report_json(FILE *f, const Report *r)
 		fprintf(f, ", \"ifs\": %d, \"nodes_before\": %d, \"nodes_after\": %d, \"convs_before\": %d, \"convs_after\": %d, \"map_maxdiff\": ",
 		        l->ifs, l->nodes_before, l->nodes_after, l->convs_before, l->convs_after);
 		num(f, l->map_maxdiff);
-		fprintf(f, ", \"dense\": %s, \"repaired\": %s}", l->dense ? "true" : "false", l->repaired ? "true" : "false");
+		fprintf(f, ", \"dense\": %s, \"repaired\": %s, \"unrepairable\": ", l->dense ? "true" : "false",
+		        l->repaired ? "true" : "false");
+		json_str(f, l->why);
+		fputc('}', f);
 	}
-	fputs(r->nlayer ? "\n  ]" : "]", f);
+	fputs(r->nlayer && !oneline ? "\n  ]" : "]", f);
 	fprintf(f, ", \"convs_before\": %d, \"convs_after\": %d", r->convs_before, r->convs_after);
+}
+
+void report_json(FILE *f, const Report *r)
+{
+	members(f, r, 0);
+}
+
+void report_json_line(FILE *f, const Report *r)
+{
+	members(f, r, 1);
 }
 
 /* Length of the valid UTF-8 sequence at p, 0 when invalid (overlongs,
