@@ -1,4 +1,5 @@
 #include "graph.h"
+#include "infer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,6 +177,7 @@ int g_reindex(Ctx *c, Err *e)
 	 * otherwise keep one dead index per layer, quadratic memory. */
 	arena_free(c->ia);
 	c->ia = arena_new();
+	c->inferred = 0;
 	map_init(&c->names, c->ia, gp->n_node * 3 + gp->n_initializer);
 	pmap_init(&c->nodeg, c->ia, gp->n_node);
 	pmap_init(&c->nodeidx, c->ia, gp->n_node);
@@ -568,7 +570,9 @@ int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e)
 		total += done;
 		if (dry || !done)
 			return total;
-		if (g_reindex(c, e))
+		/* Patterns that match on inferred types see the rewritten graph. */
+		int inferred = c->inferred;
+		if (g_reindex(c, e) || (inferred && g_infer(c, e)))
 			return -1;
 	}
 	return errf(e, "rewriting did not settle after 64 rounds; please report this model");

@@ -18,6 +18,7 @@
 typedef Onnx__NodeProto Node;
 typedef Onnx__TensorProto Tensor;
 typedef struct Graph Graph;
+struct Ty; /* src/infer.h */
 
 typedef struct {
 	Node *n;   /* consumer */
@@ -34,6 +35,7 @@ typedef struct {
 	Graph *g;       /* graph defining it */
 	Use *use;
 	size_t nuse, capuse;
+	const struct Ty *ty; /* what g_infer found (src/infer.h); NULL before it runs */
 } Val;
 
 struct Graph {
@@ -60,6 +62,7 @@ typedef struct {
 	Map fresh;       /* base name -> last suffix handed out */
 	Arena *ia;       /* the index (Graph, Val, maps), replaced by each g_reindex */
 	Map rank;        /* see Graph.rank */
+	int inferred;    /* g_infer has run on the current index (Val.ty is filled) */
 	/* Reads a tensor kept in external data (the model's mapping of its
 	 * file); set after g_init by whoever loaded the model, NULL: unreadable. */
 	int (*ext)(void *ud, const Tensor *t, const void **p, size_t *n, Err *e);
@@ -129,7 +132,9 @@ typedef struct {
 	size_t stsize;
 } Pattern;
 
-/* Returns the number of rewrites (dry: of matches, nothing changed), or -1. */
+/* Returns the number of rewrites (dry: of matches, nothing changed), or -1.
+ * When inference had run before, each round's new index is inferred again,
+ * so matches read types of the graph as rewritten. */
 int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e);
 
 /* Dead-node elimination from the graph outputs, into subgraphs; drops
