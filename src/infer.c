@@ -122,6 +122,12 @@ int g_ty_val(const Graph *g, const char *name, size_t i, int64_t *v)
 	return 1;
 }
 
+int64_t g_ty_numel(const Graph *g, const char *name)
+{
+	const Ty *t = g_ty(g, name);
+	return t ? ty_numel(t) : -1;
+}
+
 int64_t ty_numel(const Ty *t)
 {
 	if (t->rank < 0)

@@ -56,6 +56,7 @@ int g_ty_rank(const Graph *g, const char *name);                /* -1 unknown */
 int64_t g_ty_dim(const Graph *g, const char *name, int64_t d);  /* d < 0 counts from the end; -1 unknown */
 /* Element i of a tracked value: 1 and *v when known, else 0. */
 int g_ty_val(const Graph *g, const char *name, size_t i, int64_t *v);
+int64_t g_ty_numel(const Graph *g, const char *name); /* -1 unknown */
 int64_t ty_numel(const Ty *t); /* -1 unknown or past INT64_MAX */
 
 /* "float16[1,3,?,?]", "int64[2]={1,?}", "?": for messages and tests. */
