@@ -1093,7 +1093,8 @@ static int r_split(W *w, Graph *g, Node *n, S *o)
 			out.dim[a] = -1;
 		} else if (w->opset >= 18 && g_attr(n, "num_outputs")) {
 			/* ceil(d / n) each, the last one what remains */
-			int64_t chunk = (d + (int64_t)no - 1) / (int64_t)no, left = d - chunk * (int64_t)i;
+			int64_t chunk = d / (int64_t)no + (d % (int64_t)no != 0), used;
+			int64_t left = __builtin_mul_overflow(chunk, (int64_t)i, &used) ? 0 : d - used;
 			out.dim[a] = left < 0 ? 0 : left < chunk ? left : chunk;
 		} else {
 			out.dim[a] = d % (int64_t)no == 0 ? d / (int64_t)no : -1;
@@ -1119,16 +1120,17 @@ static int64_t slice_len(int64_t d, int64_t st, int64_t en, int64_t step, int64_
 		st += d;
 	if (en < 0)
 		en += d;
+	/* ceil(span / |step|), written so a huge step cannot overflow */
 	if (step > 0) {
 		st = st < 0 ? 0 : st > d ? d : st;
 		en = en < 0 ? 0 : en > d ? d : en;
 		*first = st;
-		return en > st ? (en - st + step - 1) / step : 0;
+		return en > st ? (en - st) / step + ((en - st) % step != 0) : 0;
 	}
 	st = st < 0 ? 0 : st > d - 1 ? d - 1 : st;
 	en = en < -1 ? -1 : en > d - 1 ? d - 1 : en;
 	*first = st;
-	return st > en ? (st - en + (-step) - 1) / (-step) : 0;
+	return st > en ? (st - en) / -step + ((st - en) % -step != 0) : 0;
 }
 
 static int r_slice(W *w, Graph *g, Node *n, S *o)
@@ -1243,7 +1245,7 @@ static int r_gather_nd(W *w, Graph *g, Node *n, S *o)
 	if (x->rank < 0 || ix->rank < 1 || b < 0)
 		return 0;
 	int64_t last = ix->dim[ix->rank - 1];
-	if (last < 0 || b + last > x->rank)
+	if (last < 0 || b > x->rank || last > x->rank - b)
 		return 0;
 	s_rank(o, ix->rank - 1 + x->rank - last - b);
 	if (o->rank < 0)
@@ -1351,13 +1353,17 @@ static int r_range(W *w, Graph *g, Node *n, S *o)
 	int64_t span;
 	if (__builtin_sub_overflow(v[1], v[0], &span))
 		return 0;
+	if (span == INT64_MIN)
+		return 0;
 	int64_t q = span / v[2], cnt = q + (span % v[2] != 0 && (span < 0) == (v[2] < 0));
 	o->dim[0] = cnt > 0 ? cnt : 0;
 	if (o->dim[0] <= TY_MAXVAL) {
 		o->hv = 1;
 		o->nval = (int)o->dim[0];
-		for (int i = 0; i < o->nval; i++)
-			o->val[i] = v[0] + v[2] * i;
+		for (int i = 0; i < o->nval; i++) {
+			int64_t x;
+			o->val[i] = __builtin_mul_overflow(v[2], (int64_t)i, &x) || __builtin_add_overflow(v[0], x, &x) ? TY_UNK : x;
+		}
 	}
 	return 0;
 }
@@ -1461,17 +1467,21 @@ static int r_reduce(W *w, Graph *g, Node *n, S *o)
 	return 0;
 }
 
-/* Output size of a sliding window along one axis; -1 unknown. */
+/* Output size of a sliding window along one axis; -1 unknown (also when
+ * hostile attributes would overflow). */
 static int64_t window(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe, const Node *n, int ceil_mode)
 {
-	if (in < 0 || k < 1 || s < 1 || d < 1 || pb < 0 || pe < 0)
+	int64_t ek, span;
+	if (in < 0 || k < 1 || s < 1 || d < 1 || pb < 0 || pe < 0 || __builtin_mul_overflow(k - 1, d, &ek) || ek == INT64_MAX)
 		return -1;
-	int64_t ek = (k - 1) * d + 1;
+	ek++;
 	if (attr_is(n, "auto_pad", "SAME_UPPER") || attr_is(n, "auto_pad", "SAME_LOWER"))
-		return (in + s - 1) / s;
+		return in / s + (in % s != 0);
 	if (attr_is(n, "auto_pad", "VALID"))
 		return in >= ek ? (in - ek) / s + 1 : -1;
-	int64_t span = in + pb + pe - ek;
+	if (__builtin_add_overflow(in, pb, &span) || __builtin_add_overflow(span, pe, &span))
+		return -1;
+	span -= ek;
 	if (span < 0)
 		return -1;
 	/* ceil_mode differs between runtimes when the last window starts
@@ -1539,11 +1549,16 @@ static int r_window(W *w, Graph *g, Node *n, S *o)
 		if (in < 0 || ks[i] < 1 || s < 1 || d < 1 || opad < 0) {
 			o->dim[2 + i] = -1;
 		} else if (attr_is(n, "auto_pad", "SAME_UPPER") || attr_is(n, "auto_pad", "SAME_LOWER")) {
-			o->dim[2 + i] = in * s;
+			o->dim[2 + i] = __builtin_mul_overflow(in, s, &o->dim[2 + i]) ? -1 : o->dim[2 + i];
 		} else {
 			if (attr_is(n, "auto_pad", "VALID"))
 				pb = pe = 0;
-			int64_t v = s * (in - 1) + opad + (ks[i] - 1) * d + 1 - pb - pe;
+			/* s * (in - 1) + output_padding + (k - 1) * d + 1 - pads */
+			int64_t v, ek;
+			int bad = in < 1 || pb < 0 || pe < 0 || __builtin_mul_overflow(s, in - 1, &v) ||
+				  __builtin_mul_overflow(ks[i] - 1, d, &ek) || __builtin_add_overflow(v, ek, &v) ||
+				  __builtin_add_overflow(v, opad + 1, &v);
+			v = bad ? -1 : v - pb - pe;
 			o->dim[2 + i] = v >= 0 ? v : -1;
 		}
 	}
