@@ -44,9 +44,38 @@ START_TEST(err_one_line)
 {
 	Err e;
 	ck_assert_int_eq(errf(&e, "a\nb %d", 1), -1);
-	ck_assert_str_eq(e.msg, "a b 1");
+	ck_assert_str_eq(e.msg, "a\\x0ab 1");
 	errwrap(&e, "file.onnx");
-	ck_assert_str_eq(e.msg, "file.onnx: a b 1");
+	ck_assert_str_eq(e.msg, "file.onnx: a\\x0ab 1");
+}
+END_TEST
+
+/* Names from input files are quoted with control characters, invalid
+ * UTF-8 and characters that reorder a terminal line escaped; readable
+ * non-ASCII names stay readable. */
+START_TEST(err_escapes_names)
+{
+	Err e;
+	errf(&e, "node '%s'", "a\tb\x1b[31mred\x7f");
+	ck_assert_str_eq(e.msg, "node 'a\\x09b\\x1b[31mred\\x7f'");
+	errf(&e, "value '%s'", "bad\xff\xc0\x80utf8");
+	ck_assert_str_eq(e.msg, "value 'bad\\xff\\xc0\\x80utf8'");
+	errf(&e, "'%s'", "\xe2\x80\xaetxt.onnx"); /* U+202E, right-to-left override */
+	ck_assert_str_eq(e.msg, "'\\xe2\\x80\\xaetxt.onnx'");
+	errf(&e, "'%s'", "\xc2\x85"); /* U+0085, a C1 control (next line) */
+	ck_assert_str_eq(e.msg, "'\\xc2\\x85'");
+	errf(&e, "module '%s'", "\xe6\xa8\xa1\xe5\x9e\x8b.conv"); /* valid UTF-8 stays */
+	ck_assert_str_eq(e.msg, "module '\xe6\xa8\xa1\xe5\x9e\x8b.conv'");
+	/* Escaping again changes nothing; a long message is cut whole. */
+	errwrap(&e, "in");
+	ck_assert_str_eq(e.msg, "in: module '\xe6\xa8\xa1\xe5\x9e\x8b.conv'");
+	char big[2000];
+	memset(big, 1, sizeof big - 1);
+	big[sizeof big - 1] = 0;
+	errf(&e, "%s", big);
+	ck_assert_uint_le(strlen(e.msg), sizeof e.msg - 1);
+	ck_assert_uint_eq(strlen(e.msg) % 4, 0);
+	ck_assert(strncmp(e.msg, "\\x01\\x01", 8) == 0);
 }
 END_TEST
 
@@ -57,6 +86,7 @@ int main(void)
 	tcase_add_test(tc, map_many);
 	tcase_add_test(tc, arena_big_and_small);
 	tcase_add_test(tc, err_one_line);
+	tcase_add_test(tc, err_escapes_names);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
