@@ -1,9 +1,79 @@
-/* The structural checker, run on the input before any pass and on the
- * output before it is written. */
+/* The checker: what a runtime would refuse, refused here with a message
+ * naming the node or tensor, on the input before any pass and on the
+ * output before it is written. Checks run in this order, each over the
+ * whole model: opset_import, structure (definitions, arities, If
+ * branches), tensors (dims, data lengths, typed fields, external ranges),
+ * then, on the inferred types (src/infer.h), element types through the
+ * graph and the attribute ranges of the ops the passes read and emit.
+ * Type and shape rules fire only on what is known: an unknown type or
+ * dimension never fails a model. */
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "graph.h"
+#include "infer.h"
+
+/* The newest default-domain opset the compiled schema defines. onnx.proto
+ * carries no opset number, but its IR_VERSION names the ONNX releases it
+ * belongs to: IR 8 (libonnx-dev 1.12's proto, the default build) is the IR
+ * of ONNX 1.10 to 1.13, whose newest opset is 18 (opset 19 came with IR
+ * 9). A build against a newer proto (--with-onnx-proto) moves the ceiling
+ * with it. Older protos map to their own newest opset. */
+static int opset_max(void)
+{
+	switch ((int)ONNX__VERSION__IR_VERSION) {
+	case 3: return 8;
+	case 4: return 9;
+	case 5: return 10;
+	case 6: return 11;
+	case 7: return 14;
+	case 8: return 18;
+	case 9: return 20;
+	case 10: return 22;
+	default: return ONNX__VERSION__IR_VERSION < 3 ? 7 : 23; /* IR 11: ONNX 1.18, opset 23 */
+	}
+}
+
+typedef struct {
+	Ctx *c;
+	Arena *a; /* scratch of one g_check */
+	Err *e;
+} K;
+
+static const char *nname(const Node *n)
+{
+	return n->name && *n->name ? n->name : n->op_type;
+}
+
+static int is_default(const char *d)
+{
+	return !d || !*d || strcmp(d, "ai.onnx") == 0;
+}
+
+/* ---- opset_import ---- */
+
+static int check_opsets(K *k)
+{
+	const Onnx__ModelProto *m = k->c->m;
+	if (m->n_opset_import == 0)
+		return errf(k->e, "the model declares no opset_import");
+	for (size_t i = 0; i < m->n_opset_import; i++) {
+		const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+		if (!is_default(o->domain))
+			continue;
+		if (o->version < 1)
+			return errf(k->e, "opset_import: default-domain version %" PRId64 " is not an opset (they start at 1); fix the model's opset_import",
+				    o->version);
+		if (o->version > opset_max())
+			return errf(k->e, "opset_import: default-domain opset %" PRId64 " is newer than opset %d, the newest the ONNX schema of this build (IR version %d) defines; export the model with opset %d or lower",
+				    o->version, opset_max(), (int)ONNX__VERSION__IR_VERSION, opset_max());
+	}
+	return 0;
+}
+
+/* ---- structure ---- */
 
 static int has_type(const Onnx__ValueInfoProto *vi)
 {
@@ -12,11 +82,11 @@ static int has_type(const Onnx__ValueInfoProto *vi)
 
 static int domain_known(const Ctx *c, const char *d)
 {
-	if (!d || !*d || strcmp(d, "ai.onnx") == 0)
+	if (is_default(d))
 		d = "";
 	for (size_t i = 0; i < c->m->n_opset_import; i++) {
 		const char *od = c->m->opset_import[i]->domain;
-		if (!od || strcmp(od, "ai.onnx") == 0)
+		if (is_default(od))
 			od = "";
 		if (strcmp(od, d) == 0)
 			return 1;
@@ -62,7 +132,7 @@ static const char *range(char *buf, size_t n, int lo, int hi)
 
 static int check_arity(const Node *n, const char *nn, Err *e)
 {
-	if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
+	if (!is_default(n->domain))
 		return 0;
 	char r[32];
 	for (size_t i = 0; i < sizeof ARITY / sizeof *ARITY; i++) {
@@ -79,8 +149,28 @@ static int check_arity(const Node *n, const char *nn, Err *e)
 	return 0;
 }
 
-static int check_graph(Ctx *c, Graph *g, int depth, Err *e)
+/* An If runs one of two bodies in its place: both must be there and give
+ * as many outputs as the If has. */
+static int check_if(const Node *n, const char *nn, Err *e)
 {
+	if (!is_default(n->domain) || strcmp(n->op_type, "If"))
+		return 0;
+	static const char *const br[2] = { "then_branch", "else_branch" };
+	for (int i = 0; i < 2; i++) {
+		const Onnx__AttributeProto *a = g_attr(n, br[i]);
+		if (!a || !a->g)
+			return errf(e, "node '%s' (If) has no %s graph; an If needs both branches", nn, br[i]);
+		if (a->g->n_output != n->n_output)
+			return errf(e, "node '%s' (If): %s gives %zu output%s, the If has %zu; both branches must give one value per If output",
+				    nn, br[i], a->g->n_output, a->g->n_output == 1 ? "" : "s", n->n_output);
+	}
+	return 0;
+}
+
+static int check_graph(K *k, Graph *g, int depth)
+{
+	Ctx *c = k->c;
+	Err *e = k->e;
 	if (depth > 64)
 		return errf(e, "subgraphs nested more than 64 deep; refusing the model");
 	Onnx__GraphProto *gp = g->gp;
@@ -96,18 +186,18 @@ static int check_graph(Ctx *c, Graph *g, int depth, Err *e)
 	/* Values available so far in this scope: inputs, initializers, then
 	 * node outputs in order; enclosing scopes are looked up through g. */
 	Map here;
-	map_init(&here, c->a, gp->n_node * 2 + gp->n_initializer + gp->n_input);
+	map_init(&here, k->a, gp->n_node * 2 + gp->n_initializer + gp->n_input);
 	for (size_t i = 0; i < gp->n_input; i++)
 		map_put(&here, gp->input[i]->name, (void *)1);
 	for (size_t i = 0; i < gp->n_initializer; i++)
 		map_put(&here, gp->initializer[i]->name, (void *)1);
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
-		const char *nn = n->name && *n->name ? n->name : n->op_type;
+		const char *nn = nname(n);
 		if (!domain_known(c, n->domain))
 			return errf(e, "node '%s' (%s) uses domain '%s', which opset_import does not declare",
 				    nn, n->op_type, n->domain);
-		if (check_arity(n, nn, e))
+		if (check_arity(n, nn, e) || check_if(n, nn, e))
 			return -1;
 		for (size_t j = 0; j < n->n_input; j++) {
 			const char *in = n->input[j];
@@ -125,8 +215,8 @@ static int check_graph(Ctx *c, Graph *g, int depth, Err *e)
 			return errf(e, "node '%s' reads '%s', which nothing defines%s%s", nn, in,
 				    g->parent ? " in subgraph " : "", g->parent ? gname : "");
 		}
-		for (size_t k = 0; k < g->nsub; k++)
-			if (g->sub[k]->owner == n && check_graph(c, g->sub[k], depth + 1, e))
+		for (size_t s = 0; s < g->nsub; s++)
+			if (g->sub[s]->owner == n && check_graph(k, g->sub[s], depth + 1))
 				return -1;
 		for (size_t j = 0; j < n->n_output; j++) {
 			if (!*n->output[j])
@@ -146,10 +236,508 @@ static int check_graph(Ctx *c, Graph *g, int depth, Err *e)
 	return 0;
 }
 
-int g_check(Ctx *c, Err *e)
+/* ---- tensors ---- */
+
+static const char *dims_str(Arena *a, const int64_t *d, size_t n)
 {
-	if (c->m->n_opset_import == 0)
-		return errf(e, "the model declares no opset_import");
-	return check_graph(c, c->g, 0, e);
+	char buf[512];
+	size_t k = (size_t)snprintf(buf, sizeof buf, "[");
+	for (size_t i = 0; i < n && k < sizeof buf - 32; i++)
+		k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%" PRId64, i ? "," : "", d[i]);
+	snprintf(buf + k, sizeof buf - k, "%s]", k >= sizeof buf - 32 ? ",..." : "");
+	return arena_strdup(a, buf);
 }
 
+static const char *ext_get(const Tensor *t, const char *key)
+{
+	for (size_t i = 0; i < t->n_external_data; i++)
+		if (t->external_data[i]->key && !strcmp(t->external_data[i]->key, key))
+			return t->external_data[i]->value ? t->external_data[i]->value : "";
+	return NULL;
+}
+
+/* A non-negative decimal external_data value; absent: dflt. */
+static int ext_num(K *k, const Tensor *t, const char *what, const char *key, int64_t dflt, int64_t *v)
+{
+	const char *s = ext_get(t, key);
+	*v = dflt;
+	if (!s)
+		return 0;
+	int64_t x = 0;
+	if (!*s)
+		goto bad;
+	for (const char *p = s; *p; p++)
+		if (*p < '0' || *p > '9' || __builtin_mul_overflow(x, 10, &x) || __builtin_add_overflow(x, *p - '0', &x))
+			goto bad;
+	*v = x;
+	return 0;
+bad:
+	return errf(k->e, "%s: external data %s '%s' is not a non-negative integer; fix the model's external_data entry", what, key, s);
+}
+
+/* Which typed field holds a type's values, and how many per element. */
+static const char *typed_field(int dt, int *per)
+{
+	*per = 1;
+	switch (dt) {
+	case 1: return "float_data";
+	case 14: *per = 2; return "float_data";
+	case 2: case 3: case 4: case 5: case 6: case 9: case 10: case 16:
+	case 17: case 18: case 19: case 20:
+		return "int32_data";
+	case 7: return "int64_data";
+	case 8: return "string_data";
+	case 11: return "double_data";
+	case 15: *per = 2; return "double_data";
+	case 12: case 13: return "uint64_data";
+	}
+	return NULL;
+}
+
+static int check_tensor(K *k, const Tensor *t, const char *what)
+{
+	Err *e = k->e;
+	int dt = t->has_data_type ? t->data_type : 0;
+	if (!elem_valid(dt))
+		return errf(e, "%s: data_type %d is not an element type the ONNX schema of this build defines; fix the tensor's data_type", what, dt);
+	int64_t n = 1;
+	for (size_t i = 0; i < t->n_dims; i++) {
+		if (t->dims[i] < 0)
+			return errf(e, "%s: dims %s: dimension %zu is %" PRId64 "; dimensions are non-negative, fix the tensor's dims",
+				    what, dims_str(k->a, t->dims, t->n_dims), i, t->dims[i]);
+		if (__builtin_mul_overflow(n, t->dims[i], &n))
+			return errf(e, "%s: dims %s overflow: their product exceeds 2^63 elements; fix the tensor's dims",
+				    what, dims_str(k->a, t->dims, t->n_dims));
+	}
+	size_t es = elem_size(dt);
+	int64_t need = -1;
+	if (es && __builtin_mul_overflow(n, (int64_t)es, &need))
+		return errf(e, "%s: dims %s of %s overflow: %" PRId64 " elements of %zu bytes exceed 2^63 bytes; fix the tensor's dims",
+			    what, dims_str(k->a, t->dims, t->n_dims), elem_name(dt), n, es);
+	if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+		const char *loc = ext_get(t, "location");
+		if (!loc || !*loc)
+			return errf(e, "%s: data_location is EXTERNAL but there is no 'location'; fix the model's external_data entry", what);
+		int64_t off, len, end;
+		if (ext_num(k, t, what, "offset", 0, &off) || ext_num(k, t, what, "length", need, &len))
+			return -1;
+		if (__builtin_add_overflow(off, len < 0 ? 0 : len, &end))
+			return errf(e, "%s: external data offset %" PRId64 " + length %" PRId64 " overflow; fix the model's external_data entry", what, off, len);
+		if (need >= 0 && len != need)
+			return errf(e, "%s: external data in '%s' holds %" PRId64 " bytes but its dims %s of %s need %" PRId64 "; the model and its data disagree",
+				    what, loc, len, dims_str(k->a, t->dims, t->n_dims), elem_name(dt), need);
+		return 0;
+	}
+	/* Exactly one field holds the values (none for an empty tensor). */
+	static const char *const fields[] = { "raw_data", "float_data", "int32_data", "string_data",
+					      "int64_data", "double_data", "uint64_data" };
+	size_t cnt[7] = { t->has_raw_data ? t->raw_data.len : 0, t->n_float_data, t->n_int32_data,
+			  t->n_string_data, t->n_int64_data, t->n_double_data, t->n_uint64_data };
+	int used = -1;
+	for (int i = 0; i < 7; i++) {
+		if (!cnt[i])
+			continue;
+		if (used >= 0)
+			return errf(e, "%s holds values in both %s and %s; keep one", what, fields[used], fields[i]);
+		used = i;
+	}
+	if (used < 0) {
+		if (n)
+			return errf(e, "%s: dims %s give %" PRId64 " element%s but the tensor holds no data; fix the tensor",
+				    what, dims_str(k->a, t->dims, t->n_dims), n, n == 1 ? "" : "s");
+		return 0;
+	}
+	if (used == 0) {
+		if (!es)
+			return errf(e, "%s: %s values cannot be stored in raw_data; use string_data", what, elem_name(dt));
+		if ((uint64_t)need != cnt[0])
+			return errf(e, "%s: raw_data holds %zu bytes, but dims %s of %s need %" PRId64 "; the tensor's data and dims disagree",
+				    what, cnt[0], dims_str(k->a, t->dims, t->n_dims), elem_name(dt), need);
+		return 0;
+	}
+	int per;
+	const char *want = typed_field(dt, &per);
+	if (!want || strcmp(want, fields[used]))
+		return errf(e, "%s: %s values belong in %s, but the tensor stores them in %s; fix the tensor", what, elem_name(dt),
+			    want ? want : "raw_data", fields[used]);
+	int64_t want_n;
+	if (__builtin_mul_overflow(n, (int64_t)per, &want_n) || (uint64_t)want_n != cnt[used])
+		return errf(e, "%s: %s holds %zu value%s, but dims %s of %s need %" PRId64 "; the tensor's data and dims disagree",
+			    what, fields[used], cnt[used], cnt[used] == 1 ? "" : "s", dims_str(k->a, t->dims, t->n_dims),
+			    elem_name(dt), n * per);
+	return 0;
+}
+
+static int check_sparse(K *k, const Onnx__SparseTensorProto *s, const char *what)
+{
+	if (s->values && check_tensor(k, s->values, arena_printf(k->a, "%s (values)", what)))
+		return -1;
+	if (s->indices && check_tensor(k, s->indices, arena_printf(k->a, "%s (indices)", what)))
+		return -1;
+	for (size_t i = 0; i < s->n_dims; i++)
+		if (s->dims[i] < 0)
+			return errf(k->e, "%s: dims %s: dimension %zu is negative; fix the sparse tensor's dims", what,
+				    dims_str(k->a, s->dims, s->n_dims), i);
+	return 0;
+}
+
+static int tensors_in_nodes(K *k, Onnx__NodeProto **node, size_t nn, int depth);
+
+static int tensors_in_graph(K *k, const Onnx__GraphProto *gp, int depth)
+{
+	if (depth > 64)
+		return errf(k->e, "subgraphs nested more than 64 deep; refusing the model");
+	for (size_t i = 0; i < gp->n_initializer; i++)
+		if (check_tensor(k, gp->initializer[i], arena_printf(k->a, "initializer '%s'", gp->initializer[i]->name)))
+			return -1;
+	for (size_t i = 0; i < gp->n_sparse_initializer; i++)
+		if (check_sparse(k, gp->sparse_initializer[i], "sparse initializer"))
+			return -1;
+	return tensors_in_nodes(k, gp->node, gp->n_node, depth);
+}
+
+static int tensors_in_nodes(K *k, Onnx__NodeProto **node, size_t nn, int depth)
+{
+	for (size_t i = 0; i < nn; i++) {
+		const Node *n = node[i];
+		for (size_t j = 0; j < n->n_attribute; j++) {
+			const Onnx__AttributeProto *a = n->attribute[j];
+			const char *what = NULL;
+			if (a->t || a->n_tensors || a->sparse_tensor || a->n_sparse_tensors)
+				what = arena_printf(k->a, "node '%s' (%s) attribute '%s'", nname(n), n->op_type, a->name);
+			if (a->t && check_tensor(k, a->t, what))
+				return -1;
+			for (size_t q = 0; q < a->n_tensors; q++)
+				if (check_tensor(k, a->tensors[q], what))
+					return -1;
+			if (a->sparse_tensor && check_sparse(k, a->sparse_tensor, what))
+				return -1;
+			for (size_t q = 0; q < a->n_sparse_tensors; q++)
+				if (check_sparse(k, a->sparse_tensors[q], what))
+					return -1;
+			if (a->g && tensors_in_graph(k, a->g, depth + 1))
+				return -1;
+			for (size_t q = 0; q < a->n_graphs; q++)
+				if (tensors_in_graph(k, a->graphs[q], depth + 1))
+					return -1;
+		}
+	}
+	return 0;
+}
+
+/* ---- element types and attribute ranges ---- */
+
+static const char *in_name(const Node *n, size_t i)
+{
+	return i < n->n_input ? n->input[i] : "";
+}
+
+/* Inputs lo..hi (those given) must share one element type. */
+static int same_type(K *k, const Graph *g, const Node *n, size_t lo, size_t hi, const char *why)
+{
+	int t0 = 0;
+	size_t i0 = 0;
+	for (size_t i = lo; i <= hi && i < n->n_input; i++) {
+		int t = g_ty_elem(g, n->input[i]);
+		if (!t)
+			continue;
+		if (!t0) {
+			t0 = t;
+			i0 = i;
+		} else if (t != t0) {
+			return errf(k->e, "node '%s' (%s): input '%s' is %s but input '%s' is %s; %s (insert a Cast)",
+				    nname(n), n->op_type, n->input[i], elem_name(t), n->input[i0], elem_name(t0), why);
+		}
+	}
+	return 0;
+}
+
+static int want_type(K *k, const Graph *g, const Node *n, size_t i, int a, int b, const char *what)
+{
+	if (i >= n->n_input || !*n->input[i])
+		return 0;
+	int t = g_ty_elem(g, n->input[i]);
+	if (!t || t == a || t == b)
+		return 0;
+	return errf(k->e, "node '%s' (%s): %s '%s' is %s; %s needs %s%s%s there", nname(n), n->op_type, what,
+		    n->input[i], elem_name(t), n->op_type, elem_name(a), b ? " or " : "", b ? elem_name(b) : "");
+}
+
+static int any_of(const Node *n, const char *const *ops)
+{
+	for (; *ops; ops++)
+		if (g_is(n, *ops))
+			return 1;
+	return 0;
+}
+
+enum { I32 = 6, I64 = 7, BOOL = 9 };
+
+static int check_types(K *k, const Graph *g, const Node *n, int opset)
+{
+	static const char *const same_all[] = {
+		"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Sum", "Mean", "Equal", "Less",
+		"Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "Concat",
+		"MatMul", "Gemm", "Conv", "ConvTranspose", "Range", "PRelu", "InstanceNormalization", NULL,
+	};
+	static const char *const logic[] = { "And", "Or", "Xor", "Not", NULL };
+	if (any_of(n, logic))
+		for (size_t i = 0; i < n->n_input; i++)
+			if (want_type(k, g, n, i, BOOL, 0, "operand"))
+				return -1;
+	if (any_of(n, same_all) && same_type(k, g, n, 0, SIZE_MAX, arena_printf(k->a, "%s needs one element type for its operands", n->op_type)))
+		return -1;
+	if (g_is(n, "Where") && (want_type(k, g, n, 0, BOOL, 0, "condition") ||
+				 same_type(k, g, n, 1, 2, "Where's two branches need one element type")))
+		return -1;
+	if (g_is(n, "Clip") && opset >= 11 && same_type(k, g, n, 0, 2, "Clip's bounds need the input's element type"))
+		return -1;
+	if (g_is(n, "If") && want_type(k, g, n, 0, BOOL, 0, "condition"))
+		return -1;
+	if (g_is(n, "Loop") && (want_type(k, g, n, 0, I64, 0, "trip count") || want_type(k, g, n, 1, BOOL, 0, "condition")))
+		return -1;
+	/* Index and shape inputs: integers of the kind the operator takes. */
+	static const struct {
+		const char *op;
+		unsigned char in, from; /* input index; opset since which it is an input */
+		unsigned char i32;      /* int32 allowed too */
+		const char *what;
+	} IDX[] = {
+		{ "Gather", 1, 1, 1, "indices" }, { "GatherElements", 1, 1, 1, "indices" },
+		{ "ScatterElements", 1, 1, 1, "indices" }, { "Scatter", 1, 1, 1, "indices" },
+		{ "GatherND", 1, 1, 0, "indices" }, { "ScatterND", 1, 1, 0, "indices" },
+		{ "Expand", 1, 1, 0, "shape" }, { "Reshape", 1, 5, 0, "shape" },
+		{ "Unsqueeze", 1, 13, 0, "axes" }, { "Squeeze", 1, 13, 0, "axes" },
+		{ "Slice", 1, 10, 1, "starts" }, { "Slice", 2, 10, 1, "ends" }, { "Slice", 3, 10, 1, "axes" },
+		{ "Slice", 4, 10, 1, "steps" }, { "TopK", 1, 10, 0, "K" }, { "Tile", 1, 6, 0, "repeats" },
+		{ "ConstantOfShape", 0, 9, 0, "shape" }, { "Pad", 1, 11, 0, "pads" }, { "Split", 1, 13, 0, "split" },
+		{ "ReduceSum", 1, 13, 0, "axes" }, { "ReduceMean", 1, 18, 0, "axes" }, { "ReduceMax", 1, 18, 0, "axes" },
+		{ "ReduceMin", 1, 18, 0, "axes" }, { "ReduceProd", 1, 18, 0, "axes" }, { "ReduceL1", 1, 18, 0, "axes" },
+		{ "ReduceL2", 1, 18, 0, "axes" }, { "ReduceLogSumExp", 1, 18, 0, "axes" },
+		{ "ReduceSumSquare", 1, 18, 0, "axes" }, { "Resize", 3, 11, 0, "sizes" }, { "CumSum", 1, 11, 1, "axis" },
+	};
+	for (size_t i = 0; i < sizeof IDX / sizeof *IDX; i++)
+		if (g_is(n, IDX[i].op) && opset >= IDX[i].from &&
+		    want_type(k, g, n, IDX[i].in, I64, IDX[i].i32 ? I32 : 0, IDX[i].what))
+			return -1;
+	if (g_is(n, "Slice") && opset >= 10 && same_type(k, g, n, 1, 4, "Slice's starts, ends, axes and steps need one element type"))
+		return -1;
+	if (g_is(n, "Cast")) {
+		const Onnx__AttributeProto *a = g_attr(n, "to");
+		if (!a || !a->has_i)
+			return errf(k->e, "node '%s' (Cast) has no 'to' attribute; Cast needs its target element type", nname(n));
+		if (a->i < INT32_MIN || a->i > INT32_MAX || !elem_valid((int)a->i))
+			return errf(k->e, "node '%s' (Cast): 'to' is %" PRId64 ", which is not an ONNX element type; fix the Cast", nname(n), a->i);
+	}
+	/* A value declared with one type and computed with another. */
+	for (size_t i = 0; i < n->n_output; i++) {
+		Val *v = *n->output[i] ? map_get(&g->val, n->output[i]) : NULL;
+		const Ty *t = v ? v->ty : NULL;
+		if (t && t->decl && t->elem && t->decl != t->elem)
+			return errf(k->e, "node '%s' (%s) makes '%s' %s, but the model declares it %s; fix the declaration or insert a Cast",
+				    nname(n), n->op_type, n->output[i], elem_name(t->elem), elem_name(t->decl));
+	}
+	return 0;
+}
+
+/* An axis attribute within [-r, r-1] (or [-r, r] when end is allowed). */
+static int axis_ok(K *k, const Node *n, const char *attr, int64_t dflt, int r, int end)
+{
+	const Onnx__AttributeProto *a = g_attr(n, attr);
+	if (r < 0 || !a || !a->has_i)
+		return 0;
+	int64_t x = a->i, hi = end ? r : r - 1;
+	if (x < -(int64_t)r || x > hi)
+		return errf(k->e, "node '%s' (%s): %s %" PRId64 " is outside [%d, %" PRId64 "] for a rank-%d input; fix the attribute",
+			    nname(n), n->op_type, attr, x, -r, hi, r);
+	(void)dflt;
+	return 0;
+}
+
+static int ints_attr(const Node *n, const char *name, const int64_t **v)
+{
+	const Onnx__AttributeProto *a = g_attr(n, name);
+	if (!a)
+		return -1;
+	*v = a->ints;
+	return (int)a->n_ints;
+}
+
+/* Conv, ConvTranspose, pools: group, pads, strides, dilations, kernel. */
+static int check_window(K *k, const Graph *g, const Node *n)
+{
+	int conv = g_is(n, "Conv") || g_is(n, "ConvTranspose");
+	const char *x = in_name(n, 0), *w = in_name(n, 1);
+	int r = g_ty_rank(g, x);
+	if (r < 0 && conv)
+		r = g_ty_rank(g, w);
+	int sp = r >= 2 ? r - 2 : -1;
+	int64_t grp = g_attr_i(n, "group", 1);
+	if (conv && grp < 1)
+		return errf(k->e, "node '%s' (%s): group is %" PRId64 "; it must be at least 1", nname(n), n->op_type, grp);
+	static const struct {
+		const char *name;
+		int64_t min;
+		int twice;
+	} A[] = { { "pads", 0, 1 }, { "strides", 1, 0 }, { "dilations", 1, 0 }, { "kernel_shape", 1, 0 } };
+	const int64_t *v[4] = { NULL };
+	int cnt[4];
+	for (int i = 0; i < 4; i++) {
+		cnt[i] = ints_attr(n, A[i].name, &v[i]);
+		for (int j = 0; j < cnt[i]; j++)
+			if (v[i][j] < A[i].min)
+				return errf(k->e, "node '%s' (%s): %s[%d] is %" PRId64 "; %s must be %s", nname(n), n->op_type,
+					    A[i].name, j, v[i][j], A[i].name, A[i].min ? "at least 1" : "non-negative");
+		if (cnt[i] >= 0 && sp >= 0 && cnt[i] != (A[i].twice ? 2 : 1) * sp)
+			return errf(k->e, "node '%s' (%s): %s has %d values; a rank-%d input needs %d", nname(n), n->op_type,
+				    A[i].name, cnt[i], r, (A[i].twice ? 2 : 1) * sp);
+	}
+	if (!conv && cnt[3] < 0 && !strstr(n->op_type, "Global"))
+		return errf(k->e, "node '%s' (%s) has no kernel_shape; %s needs one", nname(n), n->op_type, n->op_type);
+	if (conv) {
+		int64_t c = g_ty_dim(g, x, 1), w0 = g_ty_dim(g, w, 0), w1 = g_ty_dim(g, w, 1);
+		int tr = g_is(n, "ConvTranspose");
+		if (!tr && c >= 0 && w1 >= 0 && (c % grp || c / grp != w1))
+			return errf(k->e, "node '%s' (Conv): the input has %" PRId64 " channels, but group %" PRId64 " with a weight of %" PRId64 " input channels per group reads a multiple of %" PRId64 "; group must divide the channels and match the weight",
+				    nname(n), c, grp, w1, w1);
+		if (!tr && w0 >= 0 && w0 % grp)
+			return errf(k->e, "node '%s' (Conv): group %" PRId64 " does not divide the weight's %" PRId64 " output channels; fix group or the weight",
+				    nname(n), grp, w0);
+		if (tr && c >= 0 && (c % grp || (w0 >= 0 && w0 != c)))
+			return errf(k->e, "node '%s' (ConvTranspose): the input has %" PRId64 " channels, group %" PRId64 ", weight's first dimension %" PRId64 "; group must divide the channels and the weight have one row per channel",
+				    nname(n), c, grp, w0);
+	}
+	/* The (dilated) kernel must fit the padded input. */
+	if (sp <= 0 || g_ty_rank(g, x) != r)
+		return 0;
+	int same = 0;
+	const Onnx__AttributeProto *ap = g_attr(n, "auto_pad");
+	if (ap && ap->has_s)
+		same = ap->s.len >= 4 && !memcmp(ap->s.data, "SAME", 4);
+	int valid = ap && ap->has_s && ap->s.len == 5 && !memcmp(ap->s.data, "VALID", 5);
+	if (same || g_is(n, "ConvTranspose"))
+		return 0;
+	for (int i = 0; i < sp; i++) {
+		int64_t in = g_ty_dim(g, x, 2 + i);
+		int64_t ks = cnt[3] == sp ? v[3][i] : conv ? g_ty_dim(g, w, 2 + i) : -1;
+		int64_t d = cnt[2] == sp ? v[2][i] : 1;
+		int64_t pad = 0, ek, avail;
+		if ((!valid && cnt[0] == 2 * sp && __builtin_add_overflow(v[0][i], v[0][sp + i], &pad)) || in < 0 || ks < 1 ||
+		    __builtin_mul_overflow(ks - 1, d, &ek) || __builtin_add_overflow(ek, 1, &ek) ||
+		    __builtin_add_overflow(in, pad, &avail))
+			continue;
+		if (ek > avail)
+			return errf(k->e, "node '%s' (%s): the kernel spans %" PRId64 " along spatial axis %d, the padded input only %" PRId64 "; fix kernel_shape, dilations or pads",
+				    nname(n), n->op_type, ek, i, avail);
+	}
+	return 0;
+}
+
+static int check_attrs(K *k, const Graph *g, const Node *n, int opset)
+{
+	static const char *const windows[] = { "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", NULL };
+	if (any_of(n, windows) && check_window(k, g, n))
+		return -1;
+	int r = g_ty_rank(g, in_name(n, 0));
+	static const char *const axis0[] = { "Gather", "GatherElements", "ScatterElements", "Concat", "Split",
+					     "ArgMax", "ArgMin", NULL };
+	static const char *const axis_last[] = { "Softmax", "LogSoftmax", "Hardmax", "TopK", "LayerNormalization", NULL };
+	if ((any_of(n, axis0) && axis_ok(k, n, "axis", 0, r, 0)) || (any_of(n, axis_last) && axis_ok(k, n, "axis", -1, r, 0)) ||
+	    (g_is(n, "Flatten") && axis_ok(k, n, "axis", 1, r, 1)))
+		return -1;
+	if (g_is(n, "TopK")) {
+		int64_t kk = TY_UNK, v;
+		const Onnx__AttributeProto *a = g_attr(n, "k");
+		if (opset < 10 && a && a->has_i)
+			kk = a->i;
+		else if (opset >= 10 && g_ty_val(g, in_name(n, 1), 0, &v))
+			kk = v;
+		if (kk != TY_UNK && kk < 0)
+			return errf(k->e, "node '%s' (TopK): K is %" PRId64 "; it must be non-negative", nname(n), kk);
+		int64_t ax = g_attr_i(n, "axis", -1), d = r >= 0 ? g_ty_dim(g, in_name(n, 0), ax) : -1;
+		if (kk != TY_UNK && d >= 0 && kk > d)
+			return errf(k->e, "node '%s' (TopK): K is %" PRId64 " but axis %" PRId64 " has %" PRId64 " element%s; K must not exceed it",
+				    nname(n), kk, ax, d, d == 1 ? "" : "s");
+	}
+	if (g_is(n, "Transpose") && r >= 0) {
+		const int64_t *p;
+		int np = ints_attr(n, "perm", &p);
+		if (np >= 0) {
+			unsigned char seen[TY_MAXRANK] = { 0 };
+			int ok = np == r;
+			for (int i = 0; ok && i < np; i++) {
+				ok = p[i] >= 0 && p[i] < r && !seen[p[i]];
+				if (ok)
+					seen[p[i]] = 1;
+			}
+			if (!ok)
+				return errf(k->e, "node '%s' (Transpose): perm is not a permutation of the input's %d axes; fix perm", nname(n), r);
+		}
+	}
+	if ((g_is(n, "Unsqueeze") || g_is(n, "Squeeze")) && r >= 0) {
+		int64_t ax[TY_MAXRANK];
+		int na = -1;
+		if (opset < 13) {
+			const int64_t *p;
+			na = ints_attr(n, "axes", &p);
+			if (na > TY_MAXRANK)
+				na = -1;
+			for (int i = 0; i < na; i++)
+				ax[i] = p[i];
+		} else if (n->n_input > 1 && *n->input[1]) {
+			const Ty *t = g_ty(g, n->input[1]);
+			na = t && t->val && t->nval <= TY_MAXRANK ? t->nval : -1;
+			for (int i = 0; i < na; i++)
+				if ((ax[i] = t->val[i]) == TY_UNK)
+					na = -1;
+		}
+		int out = g_is(n, "Unsqueeze") ? r + na : r;
+		unsigned char seen[2 * TY_MAXRANK + 1] = { 0 };
+		for (int i = 0; i < na; i++) {
+			int64_t a = ax[i] < 0 ? ax[i] + out : ax[i];
+			if (a < 0 || a >= out || seen[a])
+				return errf(k->e, "node '%s' (%s): axis %" PRId64 " is outside the %d axes of %s or repeated; fix axes",
+					    nname(n), n->op_type, ax[i], out, g_is(n, "Unsqueeze") ? "the output" : "the input");
+			seen[a] = 1;
+		}
+	}
+	if (g_is(n, "Reshape") && opset >= 5) {
+		const Ty *t = g_ty(g, in_name(n, 1));
+		int minus = 0;
+		for (int i = 0; t && t->val && i < t->nval; i++) {
+			if (t->val[i] != TY_UNK && t->val[i] < -1)
+				return errf(k->e, "node '%s' (Reshape): shape[%d] is %" PRId64 "; entries are -1, 0 or sizes", nname(n), i, t->val[i]);
+			if (t->val[i] == -1 && minus++)
+				return errf(k->e, "node '%s' (Reshape): shape has more than one -1; at most one dimension can be inferred", nname(n));
+		}
+	}
+	return 0;
+}
+
+static int check_nodes(K *k, Graph *g, int opset)
+{
+	Onnx__GraphProto *gp = g->gp;
+	for (size_t i = 0; i < gp->n_node; i++) {
+		Node *n = gp->node[i];
+		if (is_default(n->domain) && (check_types(k, g, n, opset) || check_attrs(k, g, n, opset)))
+			return -1;
+	}
+	for (size_t i = 0; i < g->nsub; i++)
+		if (check_nodes(k, g->sub[i], opset))
+			return -1;
+	return 0;
+}
+
+int g_check(Ctx *c, Err *e)
+{
+	K k = { .c = c, .a = arena_new(), .e = e };
+	int rc = check_opsets(&k) || check_graph(&k, c->g, 0) || tensors_in_graph(&k, c->m->graph, 0);
+	for (size_t i = 0; !rc && i < c->m->n_functions; i++)
+		rc = tensors_in_nodes(&k, c->m->functions[i]->node, c->m->functions[i]->n_node, 0);
+	if (!rc && !c->inferred)
+		rc = g_infer(c, e) != 0;
+	if (!rc)
+		rc = check_nodes(&k, c->g, c->opset) != 0;
+	arena_free(k.a);
+	return rc ? -1 : 0;
+}

@@ -142,9 +142,14 @@ int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e);
 size_t g_dce(Ctx *c);
 /* Stable topological sort: keeps the current order where it is valid. */
 int g_toposort(Ctx *c, Graph *g, Err *e);
-/* Structural checker: one producer per value, every input defined before
- * use (or in an enclosing scope), domains declared in opset_import, graph
- * inputs/outputs typed. */
+/* The checker (src/check.c), run on the input before any pass and on the
+ * output: structure (one producer per value, every input defined before
+ * use or in an enclosing scope, domains declared, default-domain opset
+ * within what the compiled schema defines, arities, If branches), every
+ * tensor (dims, data length against dims and type, typed-field rules,
+ * external ranges), element types through the graph (inferred where not
+ * declared; runs g_infer when the index has none yet), and the attribute
+ * ranges of the ops the passes read and emit. */
 int g_check(Ctx *c, Err *e);
 
 /* Counts nodes of op (NULL: all) whose name lies under a module path
