@@ -100,23 +100,24 @@ static int domain_known(const Ctx *c, const char *d)
 /* Inputs and outputs of the default-domain ops the passes read, as every
  * opset allows them (counting optional ones, given or ""): the passes then
  * index node->input[] and ->output[] without checking each time. */
-static const struct {
+typedef struct {
 	const char *op;
 	unsigned char inmin, inmax, outmin, outmax;
-} ARITY[] = {
-	{ "Add", 2, 2, 1, 1 }, { "Sub", 2, 2, 1, 1 }, { "Mul", 2, 2, 1, 1 }, { "Div", 2, 2, 1, 1 },
-	{ "Pow", 2, 2, 1, 1 }, { "Equal", 2, 2, 1, 1 }, { "MatMul", 2, 2, 1, 1 },
-	{ "Cast", 1, 1, 1, 1 }, { "Identity", 1, 1, 1, 1 }, { "Relu", 1, 1, 1, 1 },
-	{ "Sigmoid", 1, 1, 1, 1 }, { "Softmax", 1, 1, 1, 1 }, { "LogSoftmax", 1, 1, 1, 1 },
-	{ "Sqrt", 1, 1, 1, 1 }, { "Exp", 1, 1, 1, 1 }, { "Neg", 1, 1, 1, 1 }, { "Abs", 1, 1, 1, 1 },
-	{ "Reciprocal", 1, 1, 1, 1 }, { "Clip", 1, 3, 1, 1 }, { "Max", 1, 255, 1, 1 },
-	{ "Min", 1, 255, 1, 1 }, { "Where", 3, 3, 1, 1 }, { "Gather", 2, 2, 1, 1 },
-	{ "GatherElements", 2, 2, 1, 1 }, { "ScatterElements", 3, 3, 1, 1 },
-	{ "ScatterND", 3, 3, 1, 1 }, { "TopK", 1, 2, 2, 2 }, { "Reshape", 1, 2, 1, 1 },
-	{ "Expand", 2, 2, 1, 1 }, { "Shape", 1, 1, 1, 1 }, { "Constant", 0, 0, 1, 1 },
-	{ "ConstantOfShape", 1, 1, 1, 1 }, { "Unsqueeze", 1, 2, 1, 1 }, { "Squeeze", 1, 2, 1, 1 },
-	{ "Concat", 1, 255, 1, 1 }, { "NonZero", 1, 1, 1, 1 }, { "Transpose", 1, 1, 1, 1 },
-	{ "Flatten", 1, 1, 1, 1 }, { "If", 1, 1, 1, 255 }, { "Conv", 2, 3, 1, 1 },
+} Arity;
+
+static const Arity ARITY[] = { /* sorted by op_type, for bsearch */
+	{ "Abs", 1, 1, 1, 1 }, { "Add", 2, 2, 1, 1 }, { "Cast", 1, 1, 1, 1 }, { "Clip", 1, 3, 1, 1 },
+	{ "Concat", 1, 255, 1, 1 }, { "Constant", 0, 0, 1, 1 }, { "ConstantOfShape", 1, 1, 1, 1 },
+	{ "Conv", 2, 3, 1, 1 }, { "Div", 2, 2, 1, 1 }, { "Equal", 2, 2, 1, 1 }, { "Exp", 1, 1, 1, 1 },
+	{ "Expand", 2, 2, 1, 1 }, { "Flatten", 1, 1, 1, 1 }, { "Gather", 2, 2, 1, 1 },
+	{ "GatherElements", 2, 2, 1, 1 }, { "Identity", 1, 1, 1, 1 }, { "If", 1, 1, 1, 255 },
+	{ "LogSoftmax", 1, 1, 1, 1 }, { "MatMul", 2, 2, 1, 1 }, { "Max", 1, 255, 1, 1 },
+	{ "Min", 1, 255, 1, 1 }, { "Mul", 2, 2, 1, 1 }, { "Neg", 1, 1, 1, 1 }, { "NonZero", 1, 1, 1, 1 },
+	{ "Pow", 2, 2, 1, 1 }, { "Reciprocal", 1, 1, 1, 1 }, { "Relu", 1, 1, 1, 1 },
+	{ "Reshape", 1, 2, 1, 1 }, { "ScatterElements", 3, 3, 1, 1 }, { "ScatterND", 3, 3, 1, 1 },
+	{ "Shape", 1, 1, 1, 1 }, { "Sigmoid", 1, 1, 1, 1 }, { "Softmax", 1, 1, 1, 1 },
+	{ "Sqrt", 1, 1, 1, 1 }, { "Squeeze", 1, 2, 1, 1 }, { "Sub", 2, 2, 1, 1 }, { "TopK", 1, 2, 2, 2 },
+	{ "Transpose", 1, 1, 1, 1 }, { "Unsqueeze", 1, 2, 1, 1 }, { "Where", 3, 3, 1, 1 },
 };
 
 static const char *range(char *buf, size_t n, int lo, int hi)
@@ -130,22 +131,25 @@ static const char *range(char *buf, size_t n, int lo, int hi)
 	return buf;
 }
 
+static int by_op(const void *key, const void *ent)
+{
+	return strcmp(key, *(const char *const *)ent);
+}
+
 static int check_arity(const Node *n, const char *nn, Err *e)
 {
 	if (!is_default(n->domain))
 		return 0;
+	const Arity *ar = bsearch(n->op_type, ARITY, sizeof ARITY / sizeof *ARITY, sizeof *ARITY, by_op);
 	char r[32];
-	for (size_t i = 0; i < sizeof ARITY / sizeof *ARITY; i++) {
-		if (strcmp(n->op_type, ARITY[i].op))
-			continue;
-		if (n->n_input < ARITY[i].inmin || n->n_input > ARITY[i].inmax)
-			return errf(e, "node '%s' (%s) has %zu input%s; %s takes %s", nn, n->op_type, n->n_input,
-				    n->n_input == 1 ? "" : "s", n->op_type, range(r, sizeof r, ARITY[i].inmin, ARITY[i].inmax));
-		if (n->n_output < ARITY[i].outmin || n->n_output > ARITY[i].outmax)
-			return errf(e, "node '%s' (%s) has %zu output%s; %s gives %s", nn, n->op_type, n->n_output,
-				    n->n_output == 1 ? "" : "s", n->op_type, range(r, sizeof r, ARITY[i].outmin, ARITY[i].outmax));
+	if (!ar)
 		return 0;
-	}
+	if (n->n_input < ar->inmin || n->n_input > ar->inmax)
+		return errf(e, "node '%s' (%s) has %zu input%s; %s takes %s", nn, n->op_type, n->n_input,
+			    n->n_input == 1 ? "" : "s", n->op_type, range(r, sizeof r, ar->inmin, ar->inmax));
+	if (n->n_output < ar->outmin || n->n_output > ar->outmax)
+		return errf(e, "node '%s' (%s) has %zu output%s; %s gives %s", nn, n->op_type, n->n_output,
+			    n->n_output == 1 ? "" : "s", n->op_type, range(r, sizeof r, ar->outmin, ar->outmax));
 	return 0;
 }
 
@@ -248,6 +252,24 @@ static const char *dims_str(Arena *a, const int64_t *d, size_t n)
 	return arena_strdup(a, buf);
 }
 
+/* Where a tensor sits, formatted only for a message: the checker looks
+ * at every tensor, and nearly all pass. */
+typedef struct {
+	const char *init;  /* an initializer's name, or NULL */
+	const Node *n;     /* else the node and attribute holding it */
+	const char *attr;
+	const char *part;  /* " (values)", " (indices)" of a sparse tensor, or "" */
+} Where;
+
+static const char *wstr(K *k, const Where *w)
+{
+	if (w->init)
+		return arena_printf(k->a, "initializer '%s'%s", w->init, w->part);
+	if (w->n)
+		return arena_printf(k->a, "node '%s' (%s) attribute '%s'%s", nname(w->n), w->n->op_type, w->attr, w->part);
+	return arena_printf(k->a, "sparse initializer%s", w->part);
+}
+
 static const char *ext_get(const Tensor *t, const char *key)
 {
 	for (size_t i = 0; i < t->n_external_data; i++)
@@ -257,7 +279,7 @@ static const char *ext_get(const Tensor *t, const char *key)
 }
 
 /* A non-negative decimal external_data value; absent: dflt. */
-static int ext_num(K *k, const Tensor *t, const char *what, const char *key, int64_t dflt, int64_t *v)
+static int ext_num(K *k, const Tensor *t, const Where *wh, const char *key, int64_t dflt, int64_t *v)
 {
 	const char *s = ext_get(t, key);
 	*v = dflt;
@@ -272,7 +294,7 @@ static int ext_num(K *k, const Tensor *t, const char *what, const char *key, int
 	*v = x;
 	return 0;
 bad:
-	return errf(k->e, "%s: external data %s '%s' is not a non-negative integer; fix the model's external_data entry", what, key, s);
+	return errf(k->e, "%s: external data %s '%s' is not a non-negative integer; fix the model's external_data entry", wstr(k, wh), key, s);
 }
 
 /* Which typed field holds a type's values, and how many per element. */
@@ -294,7 +316,9 @@ static const char *typed_field(int dt, int *per)
 	return NULL;
 }
 
-static int check_tensor(K *k, const Tensor *t, const char *what)
+#define what wstr(k, wh)
+
+static int check_tensor(K *k, const Tensor *t, const Where *wh)
 {
 	Err *e = k->e;
 	int dt = t->has_data_type ? t->data_type : 0;
@@ -319,7 +343,7 @@ static int check_tensor(K *k, const Tensor *t, const char *what)
 		if (!loc || !*loc)
 			return errf(e, "%s: data_location is EXTERNAL but there is no 'location'; fix the model's external_data entry", what);
 		int64_t off, len, end;
-		if (ext_num(k, t, what, "offset", 0, &off) || ext_num(k, t, what, "length", need, &len))
+		if (ext_num(k, t, wh, "offset", 0, &off) || ext_num(k, t, wh, "length", need, &len))
 			return -1;
 		if (__builtin_add_overflow(off, len < 0 ? 0 : len, &end))
 			return errf(e, "%s: external data offset %" PRId64 " + length %" PRId64 " overflow; fix the model's external_data entry", what, off, len);
@@ -368,15 +392,20 @@ static int check_tensor(K *k, const Tensor *t, const char *what)
 	return 0;
 }
 
-static int check_sparse(K *k, const Onnx__SparseTensorProto *s, const char *what)
+#undef what
+
+static int check_sparse(K *k, const Onnx__SparseTensorProto *s, Where wh)
 {
-	if (s->values && check_tensor(k, s->values, arena_printf(k->a, "%s (values)", what)))
+	wh.part = " (values)";
+	if (s->values && check_tensor(k, s->values, &wh))
 		return -1;
-	if (s->indices && check_tensor(k, s->indices, arena_printf(k->a, "%s (indices)", what)))
+	wh.part = " (indices)";
+	if (s->indices && check_tensor(k, s->indices, &wh))
 		return -1;
+	wh.part = "";
 	for (size_t i = 0; i < s->n_dims; i++)
 		if (s->dims[i] < 0)
-			return errf(k->e, "%s: dims %s: dimension %zu is negative; fix the sparse tensor's dims", what,
+			return errf(k->e, "%s: dims %s: dimension %zu is negative; fix the sparse tensor's dims", wstr(k, &wh),
 				    dims_str(k->a, s->dims, s->n_dims), i);
 	return 0;
 }
@@ -387,11 +416,13 @@ static int tensors_in_graph(K *k, const Onnx__GraphProto *gp, int depth)
 {
 	if (depth > 64)
 		return errf(k->e, "subgraphs nested more than 64 deep; refusing the model");
-	for (size_t i = 0; i < gp->n_initializer; i++)
-		if (check_tensor(k, gp->initializer[i], arena_printf(k->a, "initializer '%s'", gp->initializer[i]->name)))
+	for (size_t i = 0; i < gp->n_initializer; i++) {
+		Where wh = { gp->initializer[i]->name, NULL, NULL, "" };
+		if (check_tensor(k, gp->initializer[i], &wh))
 			return -1;
+	}
 	for (size_t i = 0; i < gp->n_sparse_initializer; i++)
-		if (check_sparse(k, gp->sparse_initializer[i], "sparse initializer"))
+		if (check_sparse(k, gp->sparse_initializer[i], (Where){ NULL, NULL, NULL, "" }))
 			return -1;
 	return tensors_in_nodes(k, gp->node, gp->n_node, depth);
 }
@@ -402,18 +433,16 @@ static int tensors_in_nodes(K *k, Onnx__NodeProto **node, size_t nn, int depth)
 		const Node *n = node[i];
 		for (size_t j = 0; j < n->n_attribute; j++) {
 			const Onnx__AttributeProto *a = n->attribute[j];
-			const char *what = NULL;
-			if (a->t || a->n_tensors || a->sparse_tensor || a->n_sparse_tensors)
-				what = arena_printf(k->a, "node '%s' (%s) attribute '%s'", nname(n), n->op_type, a->name);
-			if (a->t && check_tensor(k, a->t, what))
+			Where wh = { NULL, n, a->name, "" };
+			if (a->t && check_tensor(k, a->t, &wh))
 				return -1;
 			for (size_t q = 0; q < a->n_tensors; q++)
-				if (check_tensor(k, a->tensors[q], what))
+				if (check_tensor(k, a->tensors[q], &wh))
 					return -1;
-			if (a->sparse_tensor && check_sparse(k, a->sparse_tensor, what))
+			if (a->sparse_tensor && check_sparse(k, a->sparse_tensor, wh))
 				return -1;
 			for (size_t q = 0; q < a->n_sparse_tensors; q++)
-				if (check_sparse(k, a->sparse_tensors[q], what))
+				if (check_sparse(k, a->sparse_tensors[q], wh))
 					return -1;
 			if (a->g && tensors_in_graph(k, a->g, depth + 1))
 				return -1;
@@ -432,7 +461,105 @@ static const char *in_name(const Node *n, size_t i)
 	return i < n->n_input ? n->input[i] : "";
 }
 
-/* Inputs lo..hi (those given) must share one element type. */
+enum { I32 = 6, I64 = 7, BOOL = 9 };
+
+/* What the checker asks of each default-domain op, found once per node. */
+enum {
+	O_SAME = 1 << 0,     /* every operand of one element type */
+	O_LOGIC = 1 << 1,    /* bool operands */
+	O_WINDOW = 1 << 2,   /* Conv, ConvTranspose, pools: group, pads, strides, kernel */
+	O_AXIS0 = 1 << 3,    /* an 'axis' attribute within the rank */
+	O_AXISLAST = 1 << 4, /* the same, defaulting to -1 */
+	O_OWN = 1 << 5,      /* rules of its own, below */
+};
+
+typedef struct {
+	unsigned char in, from; /* input index; the opset since which it is an input */
+	unsigned char i32;      /* int32 allowed besides int64 */
+	const char *what;       /* NULL ends the list */
+} Idx;
+
+typedef struct {
+	const char *op;
+	unsigned flags;
+	Idx idx[4]; /* index and shape inputs: integers of the kind the op takes */
+} OpInfo;
+
+static const OpInfo OPS[] = { /* sorted by op_type, for bsearch */
+	{ "Add", O_SAME, { { 0 } } },
+	{ "And", O_LOGIC | O_SAME, { { 0 } } },
+	{ "ArgMax", O_AXIS0, { { 0 } } },
+	{ "ArgMin", O_AXIS0, { { 0 } } },
+	{ "AveragePool", O_WINDOW, { { 0 } } },
+	{ "BitShift", O_SAME, { { 0 } } },
+	{ "Cast", O_OWN, { { 0 } } },
+	{ "Clip", O_OWN, { { 0 } } },
+	{ "Concat", O_SAME | O_AXIS0, { { 0 } } },
+	{ "ConstantOfShape", 0, { { 0, 9, 0, "shape" } } },
+	{ "Conv", O_SAME | O_WINDOW, { { 0 } } },
+	{ "ConvTranspose", O_SAME | O_WINDOW, { { 0 } } },
+	{ "CumSum", 0, { { 1, 11, 1, "axis" } } },
+	{ "Div", O_SAME, { { 0 } } },
+	{ "Equal", O_SAME, { { 0 } } },
+	{ "Expand", 0, { { 1, 1, 0, "shape" } } },
+	{ "Flatten", O_OWN, { { 0 } } },
+	{ "Gather", O_AXIS0, { { 1, 1, 1, "indices" } } },
+	{ "GatherElements", O_AXIS0, { { 1, 1, 1, "indices" } } },
+	{ "GatherND", 0, { { 1, 1, 0, "indices" } } },
+	{ "Gemm", O_SAME, { { 0 } } },
+	{ "Greater", O_SAME, { { 0 } } },
+	{ "GreaterOrEqual", O_SAME, { { 0 } } },
+	{ "Hardmax", O_AXISLAST, { { 0 } } },
+	{ "If", O_OWN, { { 0 } } },
+	{ "InstanceNormalization", O_SAME, { { 0 } } },
+	{ "LayerNormalization", O_AXISLAST, { { 0 } } },
+	{ "Less", O_SAME, { { 0 } } },
+	{ "LessOrEqual", O_SAME, { { 0 } } },
+	{ "LogSoftmax", O_AXISLAST, { { 0 } } },
+	{ "Loop", O_OWN, { { 0 } } },
+	{ "LpPool", O_WINDOW, { { 0 } } },
+	{ "MatMul", O_SAME, { { 0 } } },
+	{ "Max", O_SAME, { { 0 } } },
+	{ "MaxPool", O_WINDOW, { { 0 } } },
+	{ "Mean", O_SAME, { { 0 } } },
+	{ "Min", O_SAME, { { 0 } } },
+	{ "Mod", O_SAME, { { 0 } } },
+	{ "Mul", O_SAME, { { 0 } } },
+	{ "Not", O_LOGIC, { { 0 } } },
+	{ "Or", O_LOGIC | O_SAME, { { 0 } } },
+	{ "PRelu", O_SAME, { { 0 } } },
+	{ "Pad", 0, { { 1, 11, 0, "pads" } } },
+	{ "Range", O_SAME, { { 0 } } },
+	{ "ReduceL1", 0, { { 1, 18, 0, "axes" } } },
+	{ "ReduceL2", 0, { { 1, 18, 0, "axes" } } },
+	{ "ReduceLogSumExp", 0, { { 1, 18, 0, "axes" } } },
+	{ "ReduceMax", 0, { { 1, 18, 0, "axes" } } },
+	{ "ReduceMean", 0, { { 1, 18, 0, "axes" } } },
+	{ "ReduceMin", 0, { { 1, 18, 0, "axes" } } },
+	{ "ReduceProd", 0, { { 1, 18, 0, "axes" } } },
+	{ "ReduceSum", 0, { { 1, 13, 0, "axes" } } },
+	{ "ReduceSumSquare", 0, { { 1, 18, 0, "axes" } } },
+	{ "Reshape", O_OWN, { { 1, 5, 0, "shape" } } },
+	{ "Resize", 0, { { 3, 11, 0, "sizes" } } },
+	{ "Scatter", 0, { { 1, 1, 1, "indices" } } },
+	{ "ScatterElements", O_AXIS0, { { 1, 1, 1, "indices" } } },
+	{ "ScatterND", 0, { { 1, 1, 0, "indices" } } },
+	{ "Slice", O_OWN, { { 1, 10, 1, "starts" }, { 2, 10, 1, "ends" }, { 3, 10, 1, "axes" }, { 4, 10, 1, "steps" } } },
+	{ "Softmax", O_AXISLAST, { { 0 } } },
+	{ "Split", O_AXIS0, { { 1, 13, 0, "split" } } },
+	{ "Squeeze", O_OWN, { { 1, 13, 0, "axes" } } },
+	{ "Sub", O_SAME, { { 0 } } },
+	{ "Sum", O_SAME, { { 0 } } },
+	{ "Tile", 0, { { 1, 6, 0, "repeats" } } },
+	{ "TopK", O_OWN | O_AXISLAST, { { 1, 10, 0, "K" } } },
+	{ "Transpose", O_OWN, { { 0 } } },
+	{ "Unsqueeze", O_OWN, { { 1, 13, 0, "axes" } } },
+	{ "Where", O_OWN, { { 0 } } },
+	{ "Xor", O_LOGIC | O_SAME, { { 0 } } },
+};
+
+/* Inputs lo..hi (those given) must share one element type; why NULL:
+ * "OP needs one element type for its operands". */
 static int same_type(K *k, const Graph *g, const Node *n, size_t lo, size_t hi, const char *why)
 {
 	int t0 = 0;
@@ -446,7 +573,8 @@ static int same_type(K *k, const Graph *g, const Node *n, size_t lo, size_t hi, 
 			i0 = i;
 		} else if (t != t0) {
 			return errf(k->e, "node '%s' (%s): input '%s' is %s but input '%s' is %s; %s (insert a Cast)",
-				    nname(n), n->op_type, n->input[i], elem_name(t), n->input[i0], elem_name(t0), why);
+				    nname(n), n->op_type, n->input[i], elem_name(t), n->input[i0], elem_name(t0),
+				    why ? why : arena_printf(k->a, "%s needs one element type for its operands", n->op_type));
 		}
 	}
 	return 0;
@@ -463,30 +591,19 @@ static int want_type(K *k, const Graph *g, const Node *n, size_t i, int a, int b
 		    n->input[i], elem_name(t), n->op_type, elem_name(a), b ? " or " : "", b ? elem_name(b) : "");
 }
 
-static int any_of(const Node *n, const char *const *ops)
+static int check_types(K *k, const Graph *g, const Node *n, const OpInfo *oi, int opset)
 {
-	for (; *ops; ops++)
-		if (g_is(n, *ops))
-			return 1;
-	return 0;
-}
-
-enum { I32 = 6, I64 = 7, BOOL = 9 };
-
-static int check_types(K *k, const Graph *g, const Node *n, int opset)
-{
-	static const char *const same_all[] = {
-		"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Sum", "Mean", "Equal", "Less",
-		"Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "Concat",
-		"MatMul", "Gemm", "Conv", "ConvTranspose", "Range", "PRelu", "InstanceNormalization", NULL,
-	};
-	static const char *const logic[] = { "And", "Or", "Xor", "Not", NULL };
-	if (any_of(n, logic))
+	if (oi->flags & O_LOGIC)
 		for (size_t i = 0; i < n->n_input; i++)
 			if (want_type(k, g, n, i, BOOL, 0, "operand"))
 				return -1;
-	if (any_of(n, same_all) && same_type(k, g, n, 0, SIZE_MAX, arena_printf(k->a, "%s needs one element type for its operands", n->op_type)))
+	if ((oi->flags & O_SAME) && same_type(k, g, n, 0, SIZE_MAX, NULL))
 		return -1;
+	for (const Idx *x = oi->idx; x < oi->idx + 4 && x->what; x++)
+		if (opset >= x->from && want_type(k, g, n, x->in, I64, x->i32 ? I32 : 0, x->what))
+			return -1;
+	if (!(oi->flags & O_OWN))
+		return 0;
 	if (g_is(n, "Where") && (want_type(k, g, n, 0, BOOL, 0, "condition") ||
 				 same_type(k, g, n, 1, 2, "Where's two branches need one element type")))
 		return -1;
@@ -496,30 +613,6 @@ static int check_types(K *k, const Graph *g, const Node *n, int opset)
 		return -1;
 	if (g_is(n, "Loop") && (want_type(k, g, n, 0, I64, 0, "trip count") || want_type(k, g, n, 1, BOOL, 0, "condition")))
 		return -1;
-	/* Index and shape inputs: integers of the kind the operator takes. */
-	static const struct {
-		const char *op;
-		unsigned char in, from; /* input index; opset since which it is an input */
-		unsigned char i32;      /* int32 allowed too */
-		const char *what;
-	} IDX[] = {
-		{ "Gather", 1, 1, 1, "indices" }, { "GatherElements", 1, 1, 1, "indices" },
-		{ "ScatterElements", 1, 1, 1, "indices" }, { "Scatter", 1, 1, 1, "indices" },
-		{ "GatherND", 1, 1, 0, "indices" }, { "ScatterND", 1, 1, 0, "indices" },
-		{ "Expand", 1, 1, 0, "shape" }, { "Reshape", 1, 5, 0, "shape" },
-		{ "Unsqueeze", 1, 13, 0, "axes" }, { "Squeeze", 1, 13, 0, "axes" },
-		{ "Slice", 1, 10, 1, "starts" }, { "Slice", 2, 10, 1, "ends" }, { "Slice", 3, 10, 1, "axes" },
-		{ "Slice", 4, 10, 1, "steps" }, { "TopK", 1, 10, 0, "K" }, { "Tile", 1, 6, 0, "repeats" },
-		{ "ConstantOfShape", 0, 9, 0, "shape" }, { "Pad", 1, 11, 0, "pads" }, { "Split", 1, 13, 0, "split" },
-		{ "ReduceSum", 1, 13, 0, "axes" }, { "ReduceMean", 1, 18, 0, "axes" }, { "ReduceMax", 1, 18, 0, "axes" },
-		{ "ReduceMin", 1, 18, 0, "axes" }, { "ReduceProd", 1, 18, 0, "axes" }, { "ReduceL1", 1, 18, 0, "axes" },
-		{ "ReduceL2", 1, 18, 0, "axes" }, { "ReduceLogSumExp", 1, 18, 0, "axes" },
-		{ "ReduceSumSquare", 1, 18, 0, "axes" }, { "Resize", 3, 11, 0, "sizes" }, { "CumSum", 1, 11, 1, "axis" },
-	};
-	for (size_t i = 0; i < sizeof IDX / sizeof *IDX; i++)
-		if (g_is(n, IDX[i].op) && opset >= IDX[i].from &&
-		    want_type(k, g, n, IDX[i].in, I64, IDX[i].i32 ? I32 : 0, IDX[i].what))
-			return -1;
 	if (g_is(n, "Slice") && opset >= 10 && same_type(k, g, n, 1, 4, "Slice's starts, ends, axes and steps need one element type"))
 		return -1;
 	if (g_is(n, "Cast")) {
@@ -529,19 +622,28 @@ static int check_types(K *k, const Graph *g, const Node *n, int opset)
 		if (a->i < INT32_MIN || a->i > INT32_MAX || !elem_valid((int)a->i))
 			return errf(k->e, "node '%s' (Cast): 'to' is %" PRId64 ", which is not an ONNX element type; fix the Cast", nname(n), a->i);
 	}
-	/* A value declared with one type and computed with another. */
-	for (size_t i = 0; i < n->n_output; i++) {
-		Val *v = *n->output[i] ? map_get(&g->val, n->output[i]) : NULL;
-		const Ty *t = v ? v->ty : NULL;
-		if (t && t->decl && t->elem && t->decl != t->elem)
-			return errf(k->e, "node '%s' (%s) makes '%s' %s, but the model declares it %s; fix the declaration or insert a Cast",
-				    nname(n), n->op_type, n->output[i], elem_name(t->elem), elem_name(t->decl));
-	}
+	return 0;
+}
+
+/* A value declared with one element type and computed with another: only
+ * declared values can disagree, so only they are looked at. */
+static int check_declared(K *k, Graph *g)
+{
+	Onnx__ValueInfoProto **lists[] = { g->gp->output, g->gp->value_info };
+	size_t ns[] = { g->gp->n_output, g->gp->n_value_info };
+	for (int l = 0; l < 2; l++)
+		for (size_t i = 0; i < ns[l]; i++) {
+			Val *v = map_get(&g->val, lists[l][i]->name);
+			const Ty *t = v ? v->ty : NULL;
+			if (t && v->def && t->decl && t->elem && t->decl != t->elem)
+				return errf(k->e, "node '%s' (%s) makes '%s' %s, but the model declares it %s; fix the declaration or insert a Cast",
+					    nname(v->def), v->def->op_type, v->name, elem_name(t->elem), elem_name(t->decl));
+		}
 	return 0;
 }
 
 /* An axis attribute within [-r, r-1] (or [-r, r] when end is allowed). */
-static int axis_ok(K *k, const Node *n, const char *attr, int64_t dflt, int r, int end)
+static int axis_ok(K *k, const Node *n, const char *attr, int r, int end)
 {
 	const Onnx__AttributeProto *a = g_attr(n, attr);
 	if (r < 0 || !a || !a->has_i)
@@ -550,7 +652,6 @@ static int axis_ok(K *k, const Node *n, const char *attr, int64_t dflt, int r, i
 	if (x < -(int64_t)r || x > hi)
 		return errf(k->e, "node '%s' (%s): %s %" PRId64 " is outside [%d, %" PRId64 "] for a rank-%d input; fix the attribute",
 			    nname(n), n->op_type, attr, x, -r, hi, r);
-	(void)dflt;
 	return 0;
 }
 
@@ -633,17 +734,15 @@ static int check_window(K *k, const Graph *g, const Node *n)
 	return 0;
 }
 
-static int check_attrs(K *k, const Graph *g, const Node *n, int opset)
+static int check_attrs(K *k, const Graph *g, const Node *n, const OpInfo *oi, int opset)
 {
-	static const char *const windows[] = { "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", NULL };
-	if (any_of(n, windows) && check_window(k, g, n))
+	if ((oi->flags & O_WINDOW) && check_window(k, g, n))
 		return -1;
+	if (!(oi->flags & (O_AXIS0 | O_AXISLAST | O_OWN)))
+		return 0;
 	int r = g_ty_rank(g, in_name(n, 0));
-	static const char *const axis0[] = { "Gather", "GatherElements", "ScatterElements", "Concat", "Split",
-					     "ArgMax", "ArgMin", NULL };
-	static const char *const axis_last[] = { "Softmax", "LogSoftmax", "Hardmax", "TopK", "LayerNormalization", NULL };
-	if ((any_of(n, axis0) && axis_ok(k, n, "axis", 0, r, 0)) || (any_of(n, axis_last) && axis_ok(k, n, "axis", -1, r, 0)) ||
-	    (g_is(n, "Flatten") && axis_ok(k, n, "axis", 1, r, 1)))
+	if (((oi->flags & (O_AXIS0 | O_AXISLAST)) && axis_ok(k, n, "axis", r, 0)) ||
+	    (g_is(n, "Flatten") && axis_ok(k, n, "axis", r, 1)))
 		return -1;
 	if (g_is(n, "TopK")) {
 		int64_t kk = TY_UNK, v;
@@ -719,9 +818,13 @@ static int check_nodes(K *k, Graph *g, int opset)
 	Onnx__GraphProto *gp = g->gp;
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
-		if (is_default(n->domain) && (check_types(k, g, n, opset) || check_attrs(k, g, n, opset)))
+		const OpInfo *oi = is_default(n->domain) ? bsearch(n->op_type, OPS, sizeof OPS / sizeof *OPS, sizeof *OPS, by_op) : NULL;
+		if (oi && (check_types(k, g, n, oi, opset) || check_attrs(k, g, n, oi, opset)))
 			return -1;
 	}
+	/* After the nodes: a mismatch there is the cause of one here. */
+	if (check_declared(k, g))
+		return -1;
 	for (size_t i = 0; i < g->nsub; i++)
 		if (check_nodes(k, g->sub[i], opset))
 			return -1;

@@ -179,10 +179,20 @@ typedef struct {
 	int64_t val[TY_MAXVAL];
 } S;
 
+/* The node being inferred: its inputs' results and its outputs' Vals,
+ * looked up once (name lookups are most of the walk's cost). */
+typedef struct {
+	const Ty **in;
+	size_t nin;
+	Val **out; /* NULL where the output is "" or not this node's */
+	size_t nout;
+} Cur;
+
 typedef struct {
 	Ctx *c;
 	Arena *tmp; /* the walk's scratch: in-degrees, work lists */
 	int opset;
+	const Cur *cur;
 } W;
 
 static void s_unk(S *s)
@@ -269,12 +279,9 @@ static const Ty *intern(Arena *a, const S *s, int decl)
 	return t;
 }
 
-/* Stores s for value name of g, merged with what g declares for it. */
-static void put(W *w, Graph *g, const char *name, S *s)
+/* Stores s for v, merged with what the model declares for it. */
+static void put_val(W *w, Val *v, S *s)
 {
-	if (!name || !*name)
-		return;
-	Val *v = map_get(&g->val, name);
 	if (!v)
 		return;
 	const Ty *d = v->ty;
@@ -303,14 +310,24 @@ static void put(W *w, Graph *g, const char *name, S *s)
 	v->ty = intern(w->c->ia, s, decl);
 }
 
+static void put_name(W *w, Graph *g, const char *name, S *s)
+{
+	put_val(w, name && *name ? map_get(&g->val, name) : NULL, s);
+}
+
+/* Output i of the current node. */
+static void put(W *w, size_t i, S *s)
+{
+	if (i < w->cur->nout)
+		put_val(w, w->cur->out[i], s);
+}
+
 /* ---- reading the model ---- */
 
-static const Ty *ty_in(const Graph *g, const Node *n, size_t i)
+/* Input i of the current node. */
+static const Ty *ty_in(const W *w, size_t i)
 {
-	if (i >= n->n_input || !*n->input[i])
-		return &UNKNOWN;
-	const Ty *t = g_ty(g, n->input[i]);
-	return t ? t : &UNKNOWN;
+	return i < w->cur->nin ? w->cur->in[i] : &UNKNOWN;
 }
 
 static int has_in(const Node *n, size_t i)
@@ -561,7 +578,7 @@ static void s_join(S *o, const Ty *a, const Ty *b)
 
 typedef int (*Rule)(W *w, Graph *g, Node *n, S *o); /* 0: o is output 0; 1: outputs stored */
 
-#define IN(i) ty_in(g, n, (i))
+#define IN(i) ty_in(w, (i))
 
 static int r_same(W *w, Graph *g, Node *n, S *o)
 {
@@ -1106,7 +1123,7 @@ static int r_split(W *w, Graph *g, Node *n, S *o)
 			memcpy(out.val, x->val + off, (size_t)out.nval * sizeof *out.val);
 		}
 		off = off >= 0 && a >= 0 && out.dim[a] >= 0 ? off + out.dim[a] : -1;
-		put(w, g, n->output[i], &out);
+		put(w, i, &out);
 	}
 	return 1;
 }
@@ -1395,10 +1412,10 @@ static int r_topk(W *w, Graph *g, Node *n, S *o)
 		s_rank(&s, x->rank);
 	else
 		s.dim[a] = k >= 0 ? k : -1;
-	put(w, g, n->output[0], &s);
+	put(w, 0, &s);
 	if (n->n_output > 1) {
 		s.elem = DT_INT64;
-		put(w, g, n->output[1], &s);
+		put(w, 1, &s);
 	}
 	return 1;
 }
@@ -1568,11 +1585,11 @@ static int r_window(W *w, Graph *g, Node *n, S *o)
 static int r_pool(W *w, Graph *g, Node *n, S *o)
 {
 	r_window(w, g, n, o);
-	put(w, g, n->output[0], o);
+	put(w, 0, o);
 	if (n->n_output > 1 && g_is(n, "MaxPool")) {
 		S idx = *o;
 		idx.elem = DT_INT64;
-		put(w, g, n->output[1], &idx);
+		put(w, 1, &idx);
 	}
 	return 1;
 }
@@ -1640,7 +1657,7 @@ static int r_norm(W *w, Graph *g, Node *n, S *o)
 	const Ty *x = IN(0);
 	s_of(o, x);
 	o->hv = 0;
-	put(w, g, n->output[0], o);
+	put(w, 0, o);
 	/* LayerNormalization's Mean and InvStdDev: reduced from axis on. */
 	if (g_is(n, "LayerNormalization") && x->rank >= 0) {
 		int a = norm_axis(g_attr_i(n, "axis", -1), x->rank);
@@ -1651,12 +1668,12 @@ static int r_norm(W *w, Graph *g, Node *n, S *o)
 		for (int i = a < 0 ? 0 : a; i < x->rank; i++)
 			m.dim[i] = a < 0 ? -1 : 1;
 		for (size_t i = 1; i < n->n_output && i < 3; i++)
-			put(w, g, n->output[i], &m);
+			put(w, i, &m);
 	}
 	if (g_is(n, "Dropout") && n->n_output > 1 && w->opset >= 10) {
 		S m = *o;
 		m.elem = DT_BOOL;
-		put(w, g, n->output[1], &m);
+		put(w, 1, &m);
 	}
 	return 1;
 }
@@ -1901,7 +1918,7 @@ static void r_if(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
 			else
 				s_join(&s, a, b);
 		}
-		put(w, g, n->output[i], &s);
+		put(w, i, &s);
 	}
 }
 
@@ -1930,7 +1947,7 @@ static void r_loop(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
 				/* A carried value's shape may change between iterations. */
 				s.elem = IN(k)->elem;
 			}
-			put(w, b, bp->input[k]->name, &s);
+			put_name(w, b, bp->input[k]->name, &s);
 		}
 		run(w, b);
 	}
@@ -1949,7 +1966,7 @@ static void r_loop(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
 					s.dim[k + 1] = t->dim[k];
 			}
 		}
-		put(w, g, n->output[i], &s);
+		put(w, i, &s);
 	}
 }
 
@@ -1972,7 +1989,7 @@ static void r_scan(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
 			S s;
 			s_unk(&s);
 			s.elem = IN(k)->elem;
-			put(w, b, bp->input[k]->name, &s);
+			put_name(w, b, bp->input[k]->name, &s);
 		}
 		run(w, b);
 	}
@@ -1986,7 +2003,7 @@ static void r_scan(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
 			s.elem = t->elem;
 			s_rank(&s, t->rank >= 0 ? t->rank + 1 : -1);
 		}
-		put(w, g, n->output[i], &s);
+		put(w, i, &s);
 	}
 }
 
@@ -2050,7 +2067,25 @@ static Rule rule_of(const Node *n)
 	return p ? ((const RuleEnt *)p)->r : NULL;
 }
 
-static void infer_node(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
+static void rules(W *w, Graph *g, Node *n, Graph **subs, size_t ns);
+
+static void infer_node(W *w, Graph *g, Node *n, Val **out, Graph **subs, size_t ns)
+{
+	const Ty *fixed[8], **in = n->n_input <= 8 ? fixed : arena_alloc(w->tmp, n->n_input * sizeof *in);
+	for (size_t i = 0; i < n->n_input; i++) {
+		const Ty *t = *n->input[i] ? g_ty(g, n->input[i]) : NULL;
+		in[i] = t ? t : &UNKNOWN;
+	}
+	Cur cur = { in, n->n_input, out, n->n_output };
+	/* Bodies walked by the rules set their nodes' own; this one is back
+	 * in place when they return. */
+	const Cur *saved = w->cur;
+	w->cur = &cur;
+	rules(w, g, n, subs, ns);
+	w->cur = saved;
+}
+
+static void rules(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
 {
 	int dflt = !n->domain || !*n->domain || !strcmp(n->domain, "ai.onnx");
 	if (dflt && g_is(n, "If")) {
@@ -2073,7 +2108,7 @@ static void infer_node(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
 	S o;
 	s_unk(&o);
 	if (!r(w, g, n, &o))
-		put(w, g, n->output[0], &o);
+		put(w, 0, &o);
 }
 
 /* ---- the walk ---- */
@@ -2117,7 +2152,7 @@ static void seed(W *w, Graph *g)
 		if (o) {
 			S s;
 			s_of(&s, o);
-			put(w, g, v->name, &s);
+			put_name(w, g, v->name, &s);
 		}
 	}
 	for (size_t i = 0; i < gp->n_initializer; i++) {
@@ -2129,7 +2164,7 @@ static void seed(W *w, Graph *g)
 		/* A main-graph initializer that is also an input is a default
 		 * the caller may replace: its values are not known. */
 		s_tensor(&s, t, v->isin && !g->parent);
-		put(w, g, t->name, &s);
+		put_name(w, g, t->name, &s);
 	}
 }
 
@@ -2142,8 +2177,20 @@ static void run(W *w, Graph *g)
 	if (n) {
 		PMap pos;
 		pmap_init(&pos, w->tmp, n);
-		for (size_t i = 0; i < n; i++)
+		/* Each node's output Vals, looked up once: ov[off[i] ...]. */
+		size_t *off = arena_alloc(w->tmp, (n + 1) * sizeof *off);
+		for (size_t i = 0; i < n; i++) {
 			pmap_put(&pos, gp->node[i], (void *)(uintptr_t)(i + 1));
+			off[i + 1] = off[i] + gp->node[i]->n_output;
+		}
+		Val **ov = arena_alloc(w->tmp, (off[n] + 1) * sizeof *ov);
+		for (size_t i = 0; i < n; i++) {
+			Node *nd = gp->node[i];
+			for (size_t j = 0; j < nd->n_output; j++) {
+				Val *v = *nd->output[j] ? map_get(&g->val, nd->output[j]) : NULL;
+				ov[off[i] + j] = v && v->def == nd ? v : NULL;
+			}
+		}
 		uint32_t *deg = arena_alloc(w->tmp, n * sizeof *deg);
 		size_t *first = arena_alloc(w->tmp, n * sizeof *first), *stack = arena_alloc(w->tmp, n * sizeof *stack);
 		unsigned char *done = arena_alloc(w->tmp, n);
@@ -2156,17 +2203,12 @@ static void run(W *w, Graph *g)
 		}
 		/* Edges: each use, within this graph, of a value a node here makes
 		 * (uses by bodies count as uses by their owner). */
-		for (size_t i = 0; i < n; i++) {
-			Node *nd = gp->node[i];
-			for (size_t j = 0; j < nd->n_output; j++) {
-				Val *v = *nd->output[j] ? map_get(&g->val, nd->output[j]) : NULL;
-				if (!v || v->def != nd)
-					continue;
-				for (size_t u = 0; u < v->nuse; u++) {
-					size_t p = v->use[u].g == g ? (size_t)(uintptr_t)pmap_get(&pos, v->use[u].n) : 0;
-					if (p)
-						deg[p - 1]++;
-				}
+		for (size_t q = 0; q < off[n]; q++) {
+			Val *v = ov[q];
+			for (size_t u = 0; v && u < v->nuse; u++) {
+				size_t p = v->use[u].g == g ? (size_t)(uintptr_t)pmap_get(&pos, v->use[u].n) : 0;
+				if (p)
+					deg[p - 1]++;
 			}
 		}
 		size_t sp = 0;
@@ -2184,12 +2226,10 @@ static void run(W *w, Graph *g)
 				if (s0 != SIZE_MAX)
 					while (s1 < g->nsub && g->sub[s1]->owner == nd)
 						s1++;
-				infer_node(w, g, nd, s0 != SIZE_MAX ? g->sub + s0 : NULL, s0 != SIZE_MAX ? s1 - s0 : 0);
-				for (size_t j = 0; j < nd->n_output; j++) {
-					Val *v = *nd->output[j] ? map_get(&g->val, nd->output[j]) : NULL;
-					if (!v || v->def != nd)
-						continue;
-					for (size_t u = 0; u < v->nuse; u++) {
+				infer_node(w, g, nd, ov + off[k], s0 != SIZE_MAX ? g->sub + s0 : NULL, s0 != SIZE_MAX ? s1 - s0 : 0);
+				for (size_t q = off[k]; q < off[k + 1]; q++) {
+					Val *v = ov[q];
+					for (size_t u = 0; v && u < v->nuse; u++) {
 						size_t p = v->use[u].g == g ? (size_t)(uintptr_t)pmap_get(&pos, v->use[u].n) : 0;
 						/* Later nodes are reached by the outer loop. */
 						if (p && --deg[p - 1] == 0 && p - 1 < i)
