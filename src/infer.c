@@ -342,7 +342,8 @@ static int attr_ints(const Node *n, const char *name, int64_t *out, int max)
 	const Onnx__AttributeProto *a = g_attr(n, name);
 	if (!a || a->n_ints > (size_t)max)
 		return -1;
-	memcpy(out, a->ints, a->n_ints * sizeof *out);
+	if (a->n_ints) /* an empty list may have no array at all */
+		memcpy(out, a->ints, a->n_ints * sizeof *out);
 	return (int)a->n_ints;
 }
 
@@ -413,7 +414,8 @@ static int tensor_ints(const Tensor *t, int64_t *out, int64_t n)
 	if (dt == DT_INT64) {
 		if (t->n_int64_data != (size_t)n)
 			return -1;
-		memcpy(out, t->int64_data, (size_t)n * sizeof *out);
+		if (n)
+			memcpy(out, t->int64_data, (size_t)n * sizeof *out);
 		return 0;
 	}
 	if (dt == DT_UINT32 || dt == DT_UINT64) {
@@ -776,7 +778,8 @@ static int r_constant(W *w, Graph *g, Node *n, S *o)
 		if (a->n_ints <= TY_MAXVAL) {
 			o->hv = 1;
 			o->nval = (int)a->n_ints;
-			memcpy(o->val, a->ints, a->n_ints * sizeof *o->val);
+			if (a->n_ints)
+				memcpy(o->val, a->ints, a->n_ints * sizeof *o->val);
 		}
 	} else if ((a = g_attr(n, "value_float"))) {
 		o->elem = DT_FLOAT;

@@ -488,7 +488,18 @@ START_TEST(unknown_stays_unknown)
 	b_node(&b, NULL, "Add", "x", "short", "");    /* malformed: one input */
 	b_node(&b, NULL, "Transpose", "x", "badperm", "perm=[0,0]");
 	b_node(&b, NULL, "Concat", "x,x", "badaxis", "axis=5");
+	/* Empty ints attributes as protobuf-c unpacks them: no array at all
+	 * (memcpy from NULL is undefined even for 0 bytes; the sanitizer run
+	 * of this test catches it). */
+	Node *e1 = b_node(&b, NULL, "Transpose", "x", "noperm", "perm=[0,1]");
+	e1->attribute[0]->n_ints = 0;
+	e1->attribute[0]->ints = NULL;
+	Node *e2 = b_node(&b, NULL, "Constant", "", "noints", "value_ints=[1]");
+	e2->attribute[0]->n_ints = 0;
+	e2->attribute[0]->ints = NULL;
 	b_index(&b);
+	ck_ty(&b, "noperm", "float[...]");
+	ck_ty(&b, "noints", "int64[0]={}");
 	ck_ty(&b, "f", "?");
 	ck_ty(&b, "d", "?");
 	ck_ty(&b, "after", "?");
