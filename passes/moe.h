@@ -121,6 +121,5 @@ int fold_shape_ifs(Ctx *c, int dry, Err *e);
 
 /* Helpers shared by the MoE passes. */
 const char *expert_path(Ctx *c, const SpecLayer *s, int id); /* "model.0.experts.3" */
-int g_rank(const Graph *g, const char *name, int depth);     /* -1 unknown */
 
 #endif

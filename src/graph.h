@@ -18,6 +18,7 @@
 typedef Onnx__NodeProto Node;
 typedef Onnx__TensorProto Tensor;
 typedef struct Graph Graph;
+struct Ty; /* src/infer.h */
 
 typedef struct {
 	Node *n;   /* consumer */
@@ -34,6 +35,7 @@ typedef struct {
 	Graph *g;       /* graph defining it */
 	Use *use;
 	size_t nuse, capuse;
+	const struct Ty *ty; /* what g_infer found (src/infer.h); NULL before it runs */
 } Val;
 
 struct Graph {
@@ -47,7 +49,6 @@ struct Graph {
 	Graph **sub;      /* bodies of this graph's nodes, each node's together, in node order */
 	size_t nsub, capsub;
 	size_t capnode, capinit; /* capacities of gp->node / gp->initializer when grown by us */
-	Map *rank;        /* g_rank's memo (value name -> rank + 2), the Ctx's, kept across reindexing */
 };
 
 typedef struct {
@@ -62,7 +63,7 @@ typedef struct {
 	Map fresh;       /* base name -> last suffix handed out */
 	Arena *ia;       /* the index (Graph, Val, maps), replaced by each g_reindex */
 	unsigned gen;    /* counts g_reindex calls: results that hold index objects record it */
-	Map rank;        /* see Graph.rank */
+	int inferred;    /* g_infer has run on the current index (Val.ty is filled) */
 	/* Reads a tensor kept in external data (the model's mapping of its
 	 * file); set after g_init by whoever loaded the model, NULL: unreadable. */
 	int (*ext)(void *ud, const Tensor *t, const void **p, size_t *n, Err *e);
@@ -136,7 +137,9 @@ typedef struct {
 	size_t stsize;
 } Pattern;
 
-/* Returns the number of rewrites (dry: of matches, nothing changed), or -1. */
+/* Returns the number of rewrites (dry: of matches, nothing changed), or -1.
+ * When inference had run before, each round's new index is inferred again,
+ * so matches read types of the graph as rewritten. */
 int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e);
 
 /* Dead-node elimination from the graph outputs, into subgraphs; drops
@@ -144,9 +147,14 @@ int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e);
 size_t g_dce(Ctx *c);
 /* Stable topological sort: keeps the current order where it is valid. */
 int g_toposort(Ctx *c, Graph *g, Err *e);
-/* Structural checker: one producer per value, every input defined before
- * use (or in an enclosing scope), domains declared in opset_import, graph
- * inputs/outputs typed. */
+/* The checker (src/check.c), run on the input before any pass and on the
+ * output: structure (one producer per value, every input defined before
+ * use or in an enclosing scope, domains declared, default-domain opset
+ * within what the compiled schema defines, arities, If branches), every
+ * tensor (dims, data length against dims and type, typed-field rules,
+ * external ranges), element types through the graph (inferred where not
+ * declared; runs g_infer when the index has none yet), and the attribute
+ * ranges of the ops the passes read and emit. */
 int g_check(Ctx *c, Err *e);
 
 /* Counts nodes of op (NULL: all) whose name lies under a module path

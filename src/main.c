@@ -56,7 +56,7 @@ static const char usage[] =
 	"                    output's folder, at 4 KiB-aligned offsets; external data\n"
 	"                    of the input stays where it is, referenced. Automatic\n"
 	"                    (OUT.onnx.data) when the output would pass 2 GiB\n"
-	"  --no-check        skip the structural check of the output\n"
+	"  --no-check        skip the check of the output (the input is always checked)\n"
 	"  --no-sync         do not fsync the output: still replaced atomically, but\n"
 	"                    a power loss may lose it (for batch jobs that sync once)\n"
 	"  --in-place        replace the input (refused otherwise)\n"
