@@ -50,6 +50,74 @@ static int check_agree(const SpecLayer *s, const Layer *L, Err *e)
 	return 0;
 }
 
+/* Whether every tensor of L's first expert has a key of its size under
+ * spec layer s's path for that expert: most wrong pairings fail here,
+ * before a full mapping is tried. */
+static int sizes_fit(Ctx *c, const SpecLayer *s, const Layer *L, WSrc *w)
+{
+	const Expert *x = &L->ex[0];
+	const char *pre = arena_printf(c->a, "%s%s.", s->prefix ? s->prefix : "", expert_path(c, s, x->id));
+	size_t lo, hi;
+	wsrc_range(w, pre, &lo, &hi);
+	if (lo == hi)
+		return 0;
+	for (size_t j = 0; j < x->nnode; j++) {
+		const Node *n = x->node[j];
+		if (!g_is(n, "Conv") || n->n_input < 2)
+			continue;
+		const Tensor *t = g_const(x->g, n->input[1]);
+		int64_t want = t ? g_tensor_numel(t) : -1, found = 0;
+		for (size_t i = lo; i < hi && want > 0 && !found; i++)
+			found = wt_numel(wsrc_sorted(w, i)) == want;
+		if (want > 0 && !found)
+			return 0;
+	}
+	return 1;
+}
+
+/* Layers names did not bind (name-free or renamed exports): a detected
+ * layer is spec layer s's when its present experts' tensors rebuild from
+ * the checkpoint under s's keys, and no other layer's do. */
+static int by_value(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, int *taken, BindSrc src, void *ud,
+		    Err *e)
+{
+	for (size_t i = 0; i < s->nlayer; i++) {
+		const SpecLayer *sl = &s->layer[i];
+		if (bound[i])
+			continue;
+		size_t nfit = 0, first = 0;
+		Err why = { { 0 } };
+		for (size_t j = 0; j < nl; j++) {
+			if (taken[j] || !L[j].nex)
+				continue;
+			WSrc *w = src(ud, sl, e);
+			if (!w)
+				return -1;
+			if (!sizes_fit(c, sl, &L[j], w))
+				continue;
+			Layer t = L[j];
+			t.spec = sl;
+			t.scope = sl->scope;
+			Mapping m;
+			if (moe_map(c, &t, &t.ex[0], w, &m, &why))
+				continue;
+			if (nfit++ == 0)
+				first = j;
+			else
+				return errf(e, "layer %s: the experts of two routers ('%s', '%s') match the checkpoint under '%s'; set router.indices in experts.yaml",
+					    sl->scope, L[first].scope, L[j].scope, expert_path(c, sl, L[j].ex[0].id));
+		}
+		if (nfit) {
+			bound[i] = &L[first];
+			taken[first] = 1;
+		} else if (why.msg[0]) {
+			return errf(e, "layer %s: no node name lies under this scope, and no router's experts match the checkpoint under it by value (closest: %s)",
+				    sl->scope, why.msg);
+		}
+	}
+	return 0;
+}
+
 /* What experts.yaml names explicitly replaces what detection found. */
 static int overrides(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 {
@@ -66,7 +134,7 @@ static int overrides(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 	return 0;
 }
 
-int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, Err *e)
+int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc src, void *ud, Err *e)
 {
 	int *taken = arena_alloc(c->a, (nl ? nl : 1) * sizeof *taken);
 	for (size_t j = 0; j < nl; j++)
@@ -111,6 +179,8 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, Err *e)
 				    s->layer[i].scope, L[j].topk->name ? L[j].topk->name : "");
 		taken[j] = 1;
 	}
+	if (by_value(c, s, L, nl, bound, taken, src, ud, e))
+		return -1;
 	for (size_t i = 0; i < s->nlayer; i++) {
 		if (!bound[i])
 			return errf(e, "layer %s: no MoE router of the model is under this scope (%zu found%s%s); check `scope:`",

@@ -49,10 +49,25 @@ static Node *def_of(const Graph *g, const char *name)
 	return v ? v->def : NULL;
 }
 
-/* A one-element integer constant (scalar or [1]). */
+/* A one-element integer constant (scalar or [1]), possibly behind ops
+ * that keep its one element (unfolded exports reshape and cast them). */
 static int const_int1(const Graph *g, const char *name, int64_t *v)
 {
-	return *name && g_const_ints(g, name, v, 1) == 1;
+	for (int d = 0; *name && d < 8; d++) {
+		if (g_const_ints(g, name, v, 1) == 1)
+			return 1;
+		Val *x = g_val(g, name);
+		Node *n = x ? x->def : NULL;
+		if (!n || !n->n_input || !(g_is(n, "Reshape") || g_is(n, "Cast") || g_is(n, "Squeeze") ||
+					   g_is(n, "Unsqueeze") || g_is(n, "Identity") || g_is(n, "Flatten")))
+			return 0;
+		if (g_is(n, "Cast") && g_attr_i(n, "to", 0) != ONNX__TENSOR_PROTO__DATA_TYPE__INT64 &&
+		    g_attr_i(n, "to", 0) != ONNX__TENSOR_PROTO__DATA_TYPE__INT32)
+			return 0;
+		g = x->g;
+		name = n->input[0];
+	}
+	return 0;
 }
 
 /* Constants and values computed from constants alone (unfolded exports

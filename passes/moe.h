@@ -66,10 +66,17 @@ typedef struct {
 int moe_find(Ctx *c, const Spec *s, Layer **out, size_t *n, Err *e);
 
 /* Ties experts.yaml layers to detected layers (by names, then by checkpoint
- * values for what names do not settle) and checks that the two agree
+ * values for what names do not settle, reading weights through src) and checks that the two agree
  * (top_k, expert count, ids). bound[i] is the detected layer of spec layer
  * i. Every damaged detected layer must be bound. */
-int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, Err *e);
+typedef WSrc *(*BindSrc)(void *ud, const SpecLayer *s, Err *e); /* the layer's open weight source */
+int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc src, void *ud, Err *e);
+
+/* Zero-config: the Spec the detected layers and the checkpoint w (NULL:
+ * names only) imply, one SpecLayer per damaged layer, weights named by
+ * `weights`. Errors name the experts.yaml key that would settle what
+ * could not be told. */
+int moe_layout(Ctx *c, Layer *L, size_t nl, WSrc *w, const char *weights, Spec *out, Err *e);
 
 /* Diagnosis without a spec: one LayerReport per detected layer. */
 int moe_scan(Ctx *c, const Layer *L, size_t nl, Report *r, Err *e);

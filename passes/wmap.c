@@ -283,55 +283,89 @@ static int ends_with(const char *s, const char *suf)
 	return n >= m && strcmp(s + n - m, suf) == 0;
 }
 
-/* Tries fold recipe r with each usual BatchNorm eps; a strided sample
- * first, since most candidates (other convs, other eps) fail on it without
- * a full rebuild. */
-static int fold_matches(Src *s, Recipe *r, const Tensor *t, const char *pre, int64_t n, const float *f)
+/* Candidate recipes for one template tensor, each with how closely it
+ * rebuilds the template (relative difference). */
+typedef struct {
+	Recipe r;
+	double d;
+} Cand;
+
+typedef struct {
+	Cand *v;
+	size_t n;
+} Cands;
+
+static void cand_add(Src *s, Cands *cs, const Recipe *r, double d)
 {
-	Err e;
-	for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
-		r->eps = EPS[q];
-		double sd;
-		if (sample_diff(s, r, pre, n, f, &sd, &e) < 0 || sd > tolerance(s, t->data_type))
-			continue;
-		const float *x = rebuild(s, r, pre, n, scratch(s, n), &e);
-		if (x && reldiff(x, f, n) <= tolerance(s, t->data_type))
-			return 1;
-	}
-	return 0;
+	cs->v = arena_grow(s->c->a, cs->v, cs->n * sizeof *cs->v, (cs->n + 1) * sizeof *cs->v);
+	cs->v[cs->n++] = (Cand){ *r, d };
 }
 
-/* Finds a recipe for template tensor t (values f, n elements) of the expert
- * whose keys start with pre. Returns 1 when found. */
-static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const char *pre, Recipe *r)
+/* How closely recipe r rebuilds f (n elements) for the expert at pre: a
+ * strided sample first, since most candidates (other convs, other eps)
+ * fail on it without a full rebuild. Negative when it does not. */
+static double try_recipe(Src *s, const Recipe *r, const char *pre, int64_t n, const float *f, double tol)
 {
+	Err e;
+	double sd;
+	if (sample_diff(s, r, pre, n, f, &sd, &e) < 0 || sd > tol)
+		return -1;
+	const float *x = rebuild(s, r, pre, n, scratch(s, n), &e);
+	double d = x ? reldiff(x, f, n) : INFINITY;
+	return d <= tol ? d : -1;
+}
+
+/* A fold recipe with every eps worth trying: the one the checkpoint
+ * records for the BatchNorm, else the usual values. */
+static void try_fold(Src *s, Cands *cs, Recipe *r, const char *pre, int64_t n, const float *f, double tol)
+{
+	double eps;
+	if (wsrc_attr(s->w, arena_printf(s->c->a, "%s%s.eps", pre, r->bn), &eps)) {
+		r->eps = eps;
+		double d = try_recipe(s, r, pre, n, f, tol);
+		if (d >= 0)
+			cand_add(s, cs, r, d);
+		return;
+	}
+	for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
+		r->eps = EPS[q];
+		double d = try_recipe(s, r, pre, n, f, tol);
+		if (d >= 0)
+			cand_add(s, cs, r, d);
+	}
+}
+
+/* Every recipe that rebuilds template tensor t (values f, n elements) of
+ * the expert whose keys start with pre, within tolerance: by name, by
+ * value, by Conv+BatchNorm folding. A name alone proves nothing (fused
+ * exports keep the names of weights they changed): every candidate is
+ * compared. */
+static Cands candidates(Src *s, const Tensor *t, const float *f, int64_t n, const char *pre)
+{
+	Cands cs = { 0 };
 	Arena *a = s->c->a;
 	WSrc *w = s->w;
-	size_t lp = strlen(pre);
+	size_t lp = strlen(pre), lo, hi;
 	int64_t kn;
-	r->tname = t->name;
-	if (strncmp(t->name, pre, lp) == 0 && wsrc_get(w, t->name)) {
-		r->kind = R_NAME;
-		r->rest = t->name + lp;
-		return 1;
-	}
-	for (size_t i = 0; i < w->n; i++) {
-		const WTensor *k = &w->t[i];
-		if (strncmp(k->name, pre, lp) != 0 || wt_numel(k) != n)
+	double tol = tolerance(s, t->data_type);
+	wsrc_range(w, pre, &lo, &hi);
+	for (size_t i = lo; i < hi; i++) {
+		const WTensor *k = wsrc_sorted(w, i);
+		if (wt_numel(k) != n)
 			continue;
 		const float *kf = key_f32(s, k->name, &kn);
-		if (kf && sample_close(kf, f, n, tolerance(s, t->data_type)) &&
-		    reldiff(kf, f, n) <= tolerance(s, t->data_type)) {
-			r->kind = R_VALUE;
-			r->rest = k->name + lp;
-			return 1;
-		}
+		if (!kf || !sample_close(kf, f, n, tol))
+			continue;
+		double d = reldiff(kf, f, n);
+		if (d <= tol)
+			cand_add(s, &cs, &(Recipe){ .tname = t->name, .kind = strcmp(k->name, t->name) ? R_VALUE : R_NAME,
+						    .rest = k->name + lp }, d);
 	}
 	/* Conv + BatchNorm folds: every BN group under the expert against every
 	 * Conv weight (or bias) of matching size. Experts hold a few of each. */
-	for (size_t i = 0; i < w->n; i++) {
-		const WTensor *v = &w->t[i];
-		if (strncmp(v->name, pre, lp) != 0 || !ends_with(v->name, ".running_var"))
+	for (size_t i = lo; i < hi; i++) {
+		const WTensor *v = wsrc_sorted(w, i);
+		if (!ends_with(v->name, ".running_var"))
 			continue;
 		const char *bn = arena_printf(a, "%.*s", (int)(strlen(v->name) - lp - strlen(".running_var")),
 					      v->name + lp);
@@ -339,37 +373,29 @@ static int find_recipe(Src *s, const Tensor *t, const float *f, int64_t n, const
 		if (get_bn(s, pre, bn, &st))
 			continue;
 		if (t->n_dims >= 2 && t->dims[0] == st.n) {
-			for (size_t j = 0; j < w->n; j++) {
-				const WTensor *cw = &w->t[j];
-				if (strncmp(cw->name, pre, lp) != 0 || !ends_with(cw->name, ".weight") ||
-				    wt_numel(cw) != n || cw->ndim < 2 || cw->dims[0] != st.n)
+			for (size_t j = lo; j < hi; j++) {
+				const WTensor *cw = wsrc_sorted(w, j);
+				if (!ends_with(cw->name, ".weight") || wt_numel(cw) != n || cw->ndim < 2 || cw->dims[0] != st.n)
 					continue;
-				*r = (Recipe){ .tname = t->name, .kind = R_FOLD_W, .rest = cw->name + lp, .bn = bn };
-				if (fold_matches(s, r, t, pre, n, f))
-					return 1;
+				Recipe r = { .tname = t->name, .kind = R_FOLD_W, .rest = cw->name + lp, .bn = bn };
+				try_fold(s, &cs, &r, pre, n, f, tol);
 			}
 		}
 		if (n == st.n) {
-			/* No conv bias first, then each bias of st.n elements outside the BN. */
-			for (size_t j = 0; j <= w->n; j++) {
-				const char *bias = NULL;
-				if (j < w->n) {
-					const WTensor *cb = &w->t[j];
-					if (strncmp(cb->name, pre, lp) != 0 || !ends_with(cb->name, ".bias") ||
-					    wt_numel(cb) != n ||
-					    strcmp(cb->name + lp, arena_printf(a, "%s.bias", bn)) == 0)
-						continue;
-					bias = cb->name + lp;
-				}
-				*r = (Recipe){ .tname = t->name, .kind = R_FOLD_B, .bn = bn, .bias = bias };
-				if (fold_matches(s, r, t, pre, n, f))
-					return 1;
-				if (j == w->n)
-					break;
+			/* No conv bias, then each bias of st.n elements outside the BN. */
+			Recipe r = { .tname = t->name, .kind = R_FOLD_B, .bn = bn };
+			try_fold(s, &cs, &r, pre, n, f, tol);
+			for (size_t j = lo; j < hi; j++) {
+				const WTensor *cb = wsrc_sorted(w, j);
+				if (!ends_with(cb->name, ".bias") || wt_numel(cb) != n ||
+				    strcmp(cb->name + lp, arena_printf(a, "%s.bias", bn)) == 0)
+					continue;
+				r = (Recipe){ .tname = t->name, .kind = R_FOLD_B, .bn = bn, .bias = cb->name + lp };
+				try_fold(s, &cs, &r, pre, n, f, tol);
 			}
 		}
 	}
-	return 0;
+	return cs;
 }
 
 static const char *keys_under(Ctx *c, WSrc *w, const char *pre)
@@ -431,10 +457,80 @@ static int same_shape(const Ctx *c, const Expert *a, const Expert *b)
 	return 1;
 }
 
+/* How closely recipe r rebuilds present expert q's tensor at slot sl:
+ * whole, except tensors kept in external data past the template (a
+ * strided sample, see SAMPLES). -1 on error (e set). */
+static int verify(Src *s, const Layer *L, const Expert *tpl, const Expert *q, const Slot *sl, const Recipe *r,
+		  double *d, Err *e)
+{
+	Ctx *c = s->c;
+	const char *qn = q->node[sl->node]->input[sl->input];
+	const Tensor *u = g_const(q->g, qn);
+	int64_t n;
+	const float *f = u ? tensor_f32(c, u, &n) : NULL;
+	if (!f)
+		return errf(e, "layer %s: expert %d's tensor '%s' is not a float constant like expert %d's '%s'",
+			    L->scope, q->id, qn, tpl->id, r->tname);
+	const char *qpre = key_prefix(c, L, q->id);
+	int external = u->has_data_location && u->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+	if (q == tpl || !external) {
+		const float *x = rebuild(s, r, qpre, n, scratch(s, n), e);
+		if (!x)
+			return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, q->id, qn);
+		*d = reldiff(x, f, n);
+		return 0;
+	}
+	if (sample_diff(s, r, qpre, n, f, d, e) < 0)
+		return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, q->id, qn);
+	return 0;
+}
+
+/* Whether recipes a and b give the same tensor (n elements) for every
+ * expert id of the layer that is not present: then either may be used. */
+static int same_for_missing(Src *s, const Layer *L, const Recipe *a, const Recipe *b, int64_t n)
+{
+	Err e;
+	float *x = arena_alloc_raw(s->c->a, (size_t)n * sizeof *x + 1);
+	for (int id = 0; id < L->spec->experts; id++) {
+		int present = 0;
+		for (size_t k = 0; k < L->nex; k++)
+			present |= L->ex[k].id == id;
+		if (present)
+			continue;
+		const char *pre = key_prefix(s->c, L, id);
+		const float *p = rebuild(s, a, pre, n, x, &e);
+		const float *q = p ? rebuild(s, b, pre, n, scratch(s, n), &e) : NULL;
+		if (!p || !q || memcmp(p, q, (size_t)n * sizeof *p) != 0)
+			return 0;
+	}
+	return 1;
+}
+
+/* Names as a tie-breaker: the candidate whose checkpoint module is the one
+ * the template's consumer node is named after ("conv.1" for the node
+ * /model.5/experts.1/conv/conv.1/Mul). */
+static int named_like(Ctx *c, const Layer *L, const Expert *tpl, const Slot *sl, const Recipe *r)
+{
+	const Node *n = tpl->node[sl->node];
+	const char *m = n->name ? spec_node_module(c->a, n->name) : NULL;
+	const char *ep = L->module && L->pattern ? named_path(c, L, tpl->id) : NULL;
+	const char *key = r->kind == R_FOLD_B ? r->bn : r->rest;
+	if (!m || !ep || !key || strncmp(m, ep, strlen(ep)) != 0 || m[strlen(ep)] != '.')
+		return 0;
+	m += strlen(ep) + 1;
+	return strncmp(key, m, strlen(m)) == 0 && key[strlen(m)] == '.';
+}
+
 int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err *e)
 {
 	Src s = { .c = c, .w = w };
 	map_init(&s.cache, c->a, 64);
+	if (L->gen != c->gen)
+		return errf(e, "layer %s: internal error: mapped on an index since rebuilt; please report this model", L->scope);
+	for (size_t k = 0; k < L->nex; k++)
+		if (!same_shape(c, tpl, &L->ex[k]))
+			return errf(e, "layer %s: expert %d's subgraph differs from expert %d's (%zu vs %zu nodes); experts of one layer must share a structure",
+				    L->scope, L->ex[k].id, tpl->id, L->ex[k].nnode, tpl->nnode);
 	size_t ns;
 	Slot *sl = const_slots(c, tpl, &ns);
 	const char *pre = key_prefix(c, L, tpl->id);
@@ -446,18 +542,71 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 		Recipe *r = &m->r[m->n++];
 		int64_t n;
 		const float *f = tensor_f32(c, t, &n);
-		if (f && find_recipe(&s, t, f, n, pre, r)) {
-			r->node = sl[i].node;
-			r->input = sl[i].input;
+		Cands cs = f ? candidates(&s, t, f, n, pre) : (Cands){ 0 };
+		/* Best fit over every present expert: a loose tolerance (half
+		 * precision) lets near misses through on the template (eps 1e-5
+		 * for 1e-3), never past the exact recipe. */
+		double best = INFINITY, worst = 0;
+		const char *worstname = t->name;
+		int worstid = tpl->id;
+		size_t pick = cs.n;
+		for (size_t j = 0; j < cs.n; j++) {
+			double maxd = cs.v[j].d, tol = tolerance(&s, t->data_type);
+			cs.v[j].r.node = sl[i].node;
+			cs.v[j].r.input = sl[i].input;
+			for (size_t k = 0; k < L->nex && maxd <= tol; k++) {
+				double d;
+				if (&L->ex[k] == tpl)
+					continue;
+				if (verify(&s, L, tpl, &L->ex[k], &sl[i], &cs.v[j].r, &d, e))
+					return -1;
+				if (d > maxd)
+					maxd = d;
+				if (d > worst) {
+					worst = d;
+					worstname = L->ex[k].node[sl[i].node]->input[sl[i].input];
+					worstid = L->ex[k].id;
+				}
+			}
+			if (maxd > tol)
+				continue;
+			if (maxd < best) {
+				best = maxd;
+				pick = j;
+			}
+		}
+		/* Equally good candidates must agree on every expert to rebuild;
+		 * where they do not, names decide, or nothing does. */
+		for (size_t j = 0; pick < cs.n && j < cs.n; j++) {
+			if (j == pick || cs.v[j].d > best)
+				continue;
+			if (same_for_missing(&s, L, &cs.v[pick].r, &cs.v[j].r, n))
+				continue;
+			int a = named_like(c, L, tpl, &sl[i], &cs.v[pick].r), b = named_like(c, L, tpl, &sl[i], &cs.v[j].r);
+			if (a != b) {
+				pick = b ? j : pick;
+				continue;
+			}
+			return errf(e, "layer %s: tensor '%s' of expert %d is rebuilt equally well from '%s%s' and '%s%s', which differ for the missing experts; the checkpoint cannot tell them apart",
+				    L->scope, t->name, tpl->id, pre, cs.v[pick].r.rest ? cs.v[pick].r.rest : cs.v[pick].r.bn,
+				    pre, cs.v[j].r.rest ? cs.v[j].r.rest : cs.v[j].r.bn);
+		}
+		if (pick < cs.n) {
+			*r = cs.v[pick].r;
+			if (best > m->maxdiff)
+				m->maxdiff = best;
 			continue;
 		}
+		if (cs.n)
+			return errf(e, "layer %s: expert %d's tensor '%s' differs from its checkpoint rebuild (relative difference %.3g); is %s the checkpoint of this model?",
+				    L->scope, worstid, worstname, worst, w->path);
 		/* Not from the checkpoint: structure (shapes, shared constants) is
 		 * kept when every present expert agrees on it. */
 		*r = (Recipe){ .tname = t->name, .kind = R_SHARED, .node = sl[i].node, .input = sl[i].input };
 		int agree = L->nex > 1 || !f;
 		for (size_t k = 0; k < L->nex && agree; k++) {
 			const Expert *q = &L->ex[k];
-			if (q == tpl || !same_shape(c, tpl, q))
+			if (q == tpl)
 				continue;
 			const Tensor *u = g_const(q->g, q->node[sl[i].node]->input[sl[i].input]);
 			size_t na, nb;
@@ -475,44 +624,6 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 					 tpl->id, seen);
 			}
 			return -1;
-		}
-	}
-	/* Verify on every present expert, the template included. */
-	for (size_t k = 0; k < L->nex; k++) {
-		const Expert *q = &L->ex[k];
-		if (!same_shape(c, tpl, q))
-			return errf(e, "layer %s: expert %d's subgraph differs from expert %d's (%zu vs %zu nodes); experts of one layer must share a structure",
-				    L->scope, q->id, tpl->id, q->nnode, tpl->nnode);
-		const char *qpre = key_prefix(c, L, q->id);
-		for (size_t i = 0; i < m->n; i++) {
-			const Recipe *r = &m->r[i];
-			/* The template's value and fold recipes were found by a whole
-			 * comparison already; a name match was not compared. */
-			if (r->kind == R_SHARED || (q == tpl && r->kind != R_NAME))
-				continue;
-			const char *qn = q->node[sl[i].node]->input[sl[i].input];
-			const Tensor *u = g_const(q->g, qn);
-			int64_t n;
-			const float *f = u ? tensor_f32(c, u, &n) : NULL;
-			if (!f)
-				return errf(e, "layer %s: expert %d's tensor '%s' is not a float constant like expert %d's '%s'",
-					    L->scope, q->id, qn, tpl->id, r->tname);
-			double d = 0;
-			int external = u->has_data_location &&
-				       u->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
-			if (q == tpl || !external) {
-				const float *x = rebuild(&s, r, qpre, n, scratch(&s, n), e);
-				if (!x)
-					return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, q->id, qn);
-				d = reldiff(x, f, n);
-			} else if (sample_diff(&s, r, qpre, n, f, &d, e) < 0) {
-				return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, q->id, qn);
-			}
-			if (d > m->maxdiff)
-				m->maxdiff = d;
-			if (d > tolerance(&s, u->data_type))
-				return errf(e, "layer %s: expert %d's tensor '%s' differs from its checkpoint rebuild (relative difference %.3g); is %s the checkpoint of this model?",
-					    L->scope, q->id, qn, d, w->path);
 		}
 	}
 	return 0;

@@ -71,6 +71,47 @@ void wsrc_drop(WSrc *w)
 			madvise(w->maps[i].base, w->maps[i].len, MADV_DONTNEED);
 }
 
+static int by_name(const void *a, const void *b, void *w)
+{
+	const WTensor *t = ((const WSrc *)w)->t;
+	return strcmp(t[*(const size_t *)a].name, t[*(const size_t *)b].name);
+}
+
+void wsrc_range(WSrc *w, const char *prefix, size_t *lo, size_t *hi)
+{
+	if (!w->order) {
+		w->order = arena_alloc(w->a, (w->n + 1) * sizeof *w->order);
+		for (size_t i = 0; i < w->n; i++)
+			w->order[i] = i;
+		qsort_r(w->order, w->n, sizeof *w->order, by_name, w);
+	}
+	size_t lp = strlen(prefix), a = 0, b = w->n;
+	while (a < b) { /* first key >= prefix */
+		size_t m = a + (b - a) / 2;
+		if (strcmp(w->t[w->order[m]].name, prefix) < 0)
+			a = m + 1;
+		else
+			b = m;
+	}
+	*lo = a;
+	while (a < w->n && strncmp(w->t[w->order[a]].name, prefix, lp) == 0)
+		a++;
+	*hi = a;
+}
+
+const WTensor *wsrc_sorted(const WSrc *w, size_t i)
+{
+	return &w->t[w->order[i]];
+}
+
+int wsrc_attr(const WSrc *w, const char *name, double *v)
+{
+	const double *p = w->attr.a ? map_get(&w->attr, name) : NULL;
+	if (p)
+		*v = *p;
+	return p != NULL;
+}
+
 const WTensor *wsrc_get(const WSrc *w, const char *name)
 {
 	uintptr_t i = (uintptr_t)map_get(&w->byname, name);

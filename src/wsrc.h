@@ -35,6 +35,8 @@ typedef struct {
 	WTensor *t;
 	size_t n;
 	Map byname;      /* name -> (void *)(index + 1) into t, which moves as it grows */
+	Map attr;       /* "module.eps" -> double *: scalar attributes of pickled modules */
+	size_t *order;  /* indices into t by name, for wsrc_range; NULL until asked */
 	WMapping *maps; /* unmapped by wsrc_close */
 	size_t nmaps;
 	Arena *a;
@@ -52,6 +54,13 @@ void wsrc_close(WSrc *w);
  * one layer of resident memory. Data pointers stay valid. */
 void wsrc_drop(WSrc *w);
 const WTensor *wsrc_get(const WSrc *w, const char *name);
+/* The keys starting with prefix: indices lo..hi-1 of wsrc_sorted, the
+ * keys in byte order (sorted once, on first use). */
+void wsrc_range(WSrc *w, const char *prefix, size_t *lo, size_t *hi);
+const WTensor *wsrc_sorted(const WSrc *w, size_t i);
+/* A number a checkpoint of pickled modules records beside the tensors
+ * (BatchNorm's eps: "model.3.bn.eps"). Returns 1 and fills *v when known. */
+int wsrc_attr(const WSrc *w, const char *name, double *v);
 /* The error for a key that is not there: names the file and lists the keys
  * found under `under` (the expert's path), or says none start with it.
  * Returns -1. */

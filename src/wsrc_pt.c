@@ -179,6 +179,16 @@ static int walk(Pt *c, const char *prefix, const PkVal *v, int depth, Err *e)
 				map_put(&skip, np->u.seq.v[i]->u.str.s, (void *)1);
 	if (add_entries(c, prefix, pk_attr(v, "_buffers"), "_buffers", &skip, e))
 		return -1;
+	/* Normalisation layers keep their epsilon as a plain attribute: folding
+	 * them needs it, and guessing it from values is loose at fp16. */
+	const PkVal *eps = pk_attr(v, "eps");
+	if (eps && eps->kind == PK_FLOAT && *prefix) {
+		if (!c->w->attr.a)
+			map_init(&c->w->attr, c->w->a, 16);
+		double *d = arena_alloc(c->w->a, sizeof *d);
+		*d = eps->u.f;
+		map_put(&c->w->attr, arena_printf(c->w->a, "%seps", prefix), d);
+	}
 	const PkVal *mods = pk_attr(v, "_modules");
 	if (!mods || mods->kind == PK_NONE)
 		return 0;

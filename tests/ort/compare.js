@@ -3,11 +3,16 @@
 // Run MODEL in ONNX Runtime (CPU) on every CASEDIR/in_N.npy and report the
 // largest absolute difference from CASEDIR/out_N.npy.
 //
-//   compare.js MODEL CASEDIR [--max TOL | --min TOL] [--dump DIR]
+//   compare.js MODEL CASEDIR [--max TOL | --min TOL | --right | --wrong] [--dump DIR]
 //
 // --max TOL: exit 0 iff every pair differs by at most TOL (a right model).
 // --min TOL: exit 0 iff some pair differs by more than TOL or the runtime
 //            fails (a wrong model; crashing counts as wrong).
+// --right, --wrong: the same with the case's own tolerance: with
+//            CASEDIR/ref.json (real exports, whose float32 noise grows with
+//            the outputs), max(1e-4, 1.5 x dense_rel) of the largest
+//            reference value, as shared/yolo-master/README.md judges;
+//            else 1e-4.
 // Without either, exit 0 after reporting.  Exit 2: usage or unreadable file.
 // --dump DIR writes the runtime's outputs as DIR/got_N.npy.
 
@@ -17,7 +22,7 @@ const { createRequire } = require('module');
 const npy = require('./npy.js');
 
 const ROOT = path.resolve(__dirname, '..', '..');
-const USAGE = 'usage: compare.js MODEL CASEDIR [--max TOL | --min TOL] [--dump DIR]';
+const USAGE = 'usage: compare.js MODEL CASEDIR [--max TOL | --min TOL | --right | --wrong] [--dump DIR]';
 
 function usage(msg) {
 	process.stderr.write(`compare.js: ${msg}\n${USAGE}\n`);
@@ -30,12 +35,17 @@ function args(argv) {
 		const s = argv[i];
 		if (s === '--max' || s === '--min') {
 			if (a.mode)
-				usage('give one of --max and --min');
+				usage('give one of --max, --min, --right and --wrong');
 			const t = Number(argv[++i]);
 			if (!(t >= 0))
 				usage(`${s} needs a non-negative number`);
 			a.mode = s.slice(2);
 			a.tol = t;
+		} else if (s === '--right' || s === '--wrong') {
+			if (a.mode)
+				usage('give one of --max, --min, --right and --wrong');
+			a.mode = s === '--right' ? 'max' : 'min';
+			a.tol = null;
 		} else if (s === '--dump') {
 			if (i + 1 >= argv.length)
 				usage('--dump needs a directory');
@@ -110,6 +120,8 @@ async function main() {
 	const ns = pairs(dir);
 	const refs = ns.map((n) => [readNpy(path.join(dir, `in_${n}.npy`)),
 		readNpy(path.join(dir, `out_${n}.npy`))]);
+	if (a.tol === null)
+		a.tol = caseTolerance(dir, refs);
 	if (a.dump)
 		fs.mkdirSync(a.dump, { recursive: true });
 	const ort = loadOrt();
@@ -165,6 +177,25 @@ async function main() {
 	}
 	console.log(`${path.basename(model)} over ${ns.length} pairs: ${what}${verdict}`);
 	process.exit(ok ? 0 : 1);
+}
+
+function caseTolerance(dir, refs) {
+	const file = path.join(dir, 'ref.json');
+	if (!fs.existsSync(file))
+		return 1e-4;
+	let r;
+	try {
+		r = JSON.parse(fs.readFileSync(file, 'utf8'));
+	} catch (e) {
+		usage(`${file}: not JSON (${e.message})`);
+	}
+	if (!(r.dense_rel >= 0))
+		usage(`${file}: no dense_rel`);
+	let m = 0;
+	for (const [, want] of refs)
+		for (const x of want.data)
+			m = Math.max(m, Math.abs(x));
+	return Math.max(1e-4, 1.5 * r.dense_rel) * m;
 }
 
 function oneLine(e) {
