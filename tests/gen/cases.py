@@ -5,6 +5,7 @@ Each case is seeded, so regenerating gives the same weights and references
 (the .onnx bytes may change with the torch version that exports them)."""
 import copy
 import os
+import subprocess
 import sys
 
 import torch
@@ -179,13 +180,21 @@ CASES = {f.__name__: f for f in (example, single_gn, detector_k2, detector_k1,
 def main(argv):
 	if len(argv) < 2 or any(a not in CASES for a in argv[2:]):
 		sys.exit(f"usage: {argv[0]} OUTDIR [{'|'.join(CASES)}...]")
+	names = [n for n in CASES if len(argv) == 2 or n in argv[2:]]
+	if len(names) > 1:
+		# One process per case: TorchScript reuses the types it compiled
+		# for an earlier case, and a reused type's nodes get other scope
+		# names (/model/1/1/Conv instead of /model/1/experts.1/Conv), so a
+		# scripted case would depend on what ran before it.
+		for name in names:
+			subprocess.run([sys.executable, os.path.abspath(__file__), argv[1], name], check=True)
+		return
 	torch.set_num_threads(1)
-	for seed, name in enumerate(CASES):
-		if len(argv) > 2 and name not in argv[2:]:
-			continue
-		torch.manual_seed(seed)
-		net, kw = CASES[name]()
-		G.save_case(argv[1], name, net, seed=seed, **kw)
+	name = names[0]
+	seed = list(CASES).index(name)
+	torch.manual_seed(seed)
+	net, kw = CASES[name]()
+	G.save_case(argv[1], name, net, seed=seed, **kw)
 
 
 if __name__ == "__main__":

@@ -922,6 +922,11 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 	dummy = torch.zeros(1, c, hw, hw)
 	kept = {s: sorted({int(e) for e in idx.flatten() if e >= 0})
 		for s, (_, idx, _) in route(net, dummy).items()}
+	# A traced layer whose dummy reaches every expert loses none: nothing
+	# to repair there, so the case would not test that layer.
+	for s, m in layers:
+		if not scripted and len(kept[s]) == len(experts_of(m)):
+			raise SystemExit(f"{name}: {s}: the dummy routes to every expert; the export drops none")
 
 	for w in weights:
 		if w == "model.safetensors":
