@@ -990,7 +990,8 @@ static Comps expert_module(Ctx *c, const Expert *x)
 static void name_layer(Ctx *c, Layer *L)
 {
 	Arena *a = c->ia;
-	Comps tm = comps(a, L->topk->name ? spec_node_module(a, L->topk->name) : NULL);
+	L->topmodule = L->topk->name ? spec_node_module(c->a, L->topk->name) : NULL;
+	Comps tm = comps(a, L->topmodule);
 	if (!L->nex) {
 		if (tm.n)
 			L->module = arena_strdup(c->a, join(a, tm, 0, tm.n - 1, (size_t)-1));
@@ -1023,6 +1024,9 @@ static void name_layer(Ctx *c, Layer *L)
 			lm = p - 1;
 		L->module = arena_strdup(c->a, join(a, em[0], 0, lm, (size_t)-1));
 		L->pattern = arena_strdup(c->a, join(a, em[0], lm, p + 1, p));
+		L->named = arena_alloc(c->a, L->nex * sizeof *L->named);
+		for (size_t k = 0; k < L->nex; k++)
+			L->named[k] = arena_strdup(c->a, join(a, em[k], 0, p + 1, (size_t)-1));
 		return;
 	}
 }

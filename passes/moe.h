@@ -40,6 +40,8 @@ typedef struct {
 	const char *scope;     /* spec scope, else the module path names suggest, else the TopK's name */
 	const char *module;    /* module path from node names ("" for a bare module), NULL without names */
 	const char *pattern;   /* expert module path under `module` with {i}, from names; NULL unknown */
+	const char **named;    /* per present expert: its module path as names show it (with pattern) */
+	const char *topmodule; /* the router TopK's module path, NULL without names */
 	Node *topk;
 	int64_t topk_k;       /* the TopK's K when constant, else -1 */
 	int64_t width;        /* router width (the TopK axis' size) when known, else -1 */
