@@ -910,6 +910,53 @@ static int cmp_id(const void *a, const void *b)
 
 static const SpecLayer *hint_for(Ctx *c, const Spec *s, const Node *t);
 
+/* A router's indices that reach a NonZero or an If condition through
+ * integer and boolean ops (masks scattered from them, slices of those
+ * masks, comparisons) drive a data-dependent dispatch, whatever its form:
+ * diagnosis must not call such a model healthy. */
+typedef struct {
+	Node *hit;
+} Unknown;
+
+static unsigned unknown_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
+{
+	Unknown *u = ud;
+	Graph *g = g_graph_of(c, n);
+	(void)v;
+	if (u->hit || slot < 0)
+		return 0;
+	if (g_is(n, "NonZero") || (g_is(n, "If") && slot == 0)) {
+		u->hit = n;
+		return 0;
+	}
+	if ((g_is(n, "ScatterElements") || g_is(n, "ScatterND")) && slot == 1)
+		return is_const(g, nin(n, 0), 0) ? ~0u : 0;
+	if (g_is(n, "OneHot") && slot == 0)
+		return ~0u;
+	static const char *ops[] = { "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or",
+				     "Not", "Xor", "ReduceMax", "ReduceMin", "ReduceSum", NULL };
+	for (const char **o = ops; *o; o++)
+		if (g_is(n, *o))
+			return ~0u;
+	if (g_is(n, "Cast")) {
+		int64_t to = g_attr_i(n, "to", 0);
+		return to == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL || to == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ||
+				       to == ONNX__TENSOR_PROTO__DATA_TYPE__INT32
+			       ? ~0u
+			       : 0;
+	}
+	return moves(n, slot, g) ? ~0u : 0;
+}
+
+static Node *unknown_dispatch(Ctx *c, Node *t)
+{
+	Unknown u = { 0 };
+	Map r;
+	map_init(&r, c->ia, 32);
+	flow_forward(c, c->g, (const char *[]){ t->output[1] }, 1, unknown_step, &u, &r);
+	return u.hit;
+}
+
 /* ---- what the names say (for reports and zero-config use only) ---- */
 
 typedef struct {
@@ -990,7 +1037,9 @@ static Comps expert_module(Ctx *c, const Expert *x)
 static void name_layer(Ctx *c, Layer *L)
 {
 	Arena *a = c->ia;
-	L->topmodule = L->topk->name ? spec_node_module(c->a, L->topk->name) : NULL;
+	const char *tn = L->topk->name;
+	/* "/TopK": a node of the root module (a MoE exported alone) */
+	L->topmodule = !tn ? NULL : tn[0] == '/' && !strchr(tn + 1, '/') ? "" : spec_node_module(c->a, tn);
 	Comps tm = comps(a, L->topmodule);
 	if (!L->nex) {
 		if (tm.n)
@@ -1051,8 +1100,13 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 	map_init(&reached, c->ia, 32);
 	flow_forward(c, c->g, (const char *[]){ t->output[1] }, 1, view_step, &w, &reached);
 	if (!w.n) {
-		if (!w.dense)
+		if (!w.dense) {
+			Node *hit = unknown_dispatch(c, t);
+			if (hit)
+				return errf(e, "router '%s': its indices reach %s '%s' through a dispatch no known form has (no comparison with expert ids; e.g. ES_MOE's per-pixel routing map); the layer cannot be repaired safely",
+					    L->scope, hit->op_type, hit->name ? hit->name : "");
 			return 0;
+		}
 		L->form = FORM_DENSE;
 		L->indices = t->output[1];
 		name_layer(c, L);
@@ -1129,7 +1183,7 @@ static const SpecLayer *hint_for(Ctx *c, const Spec *s, const Node *t)
 	return best;
 }
 
-int moe_find(Ctx *c, const Spec *s, Layer **out, size_t *n, Err *e)
+int moe_find(Ctx *c, const Spec *s, int lenient, Layer **out, size_t *n, Err *e)
 {
 	Onnx__GraphProto *gp = c->g->gp;
 	Layer *L = NULL;
@@ -1140,8 +1194,20 @@ int moe_find(Ctx *c, const Spec *s, Layer **out, size_t *n, Err *e)
 			continue;
 		L = arena_grow(c->a, L, nl * sizeof *L, (nl + 1) * sizeof *L);
 		int r = analyse(c, t, hint_for(c, s, t), &L[nl], e);
-		if (r < 0)
+		if (r < 0 && !lenient)
 			return -1;
+		if (r < 0) {
+			Layer *l = &L[nl];
+			memset(l, 0, sizeof *l);
+			l->topk = t;
+			l->scope = topk_name(t);
+			l->form = FORM_UNKNOWN;
+			l->why = arena_strdup(c->a, e->msg);
+			l->topk_k = l->width = -1;
+			l->gen = c->gen;
+			name_layer(c, l);
+			r = 1;
+		}
 		nl += (size_t)r;
 	}
 	*out = L;

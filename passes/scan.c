@@ -23,6 +23,7 @@ int moe_scan(Ctx *c, const Layer *L, size_t nl, Report *r, Err *e)
 		lr->nodes_before = lr->nodes_after = l->nodes;
 		lr->convs_before = lr->convs_after = l->convs;
 		lr->dense = l->form == FORM_DENSE;
+		lr->why = l->why;
 		if (l->form != FORM_DENSE)
 			r->damaged = 1;
 	}

@@ -435,8 +435,11 @@ static Slot *const_slots(Ctx *c, const Expert *x, size_t *ns)
 	for (size_t i = 0; i < x->nnode; i++) {
 		Node *nd = x->node[i];
 		for (size_t j = 0; j < nd->n_input; j++) {
+			/* Initializers, also behind the Identity an exporter leaves
+			 * where it merged equal ones; Constant nodes are structure. */
+			const Tensor *t = g_const(x->g, nd->input[j]);
 			Val *v = g_val(x->g, nd->input[j]);
-			if (!v || !v->init)
+			if (!t || !v || (!v->init && !(v->def && g_is(v->def, "Identity"))))
 				continue;
 			s = arena_grow(c->a, s, n * sizeof *s, (n + 1) * sizeof *s);
 			s[n++] = (Slot){ i, j, nd->input[j] };
@@ -521,6 +524,54 @@ static int named_like(Ctx *c, const Layer *L, const Expert *tpl, const Slot *sl,
 	return strncmp(key, m, strlen(m)) == 0 && key[strlen(m)] == '.';
 }
 
+/* A recipe in words, for messages. */
+static const char *describe(Ctx *c, const char *pre, const Recipe *r)
+{
+	switch (r->kind) {
+	case R_NAME:
+	case R_VALUE:
+		return arena_printf(c->a, "'%s%s'", pre, r->rest);
+	case R_FOLD_W:
+		return arena_printf(c->a, "'%s%s' folded with BatchNorm '%s%s' (eps %g)", pre, r->rest, pre, r->bn, r->eps);
+	case R_FOLD_B:
+		return arena_printf(c->a, "BatchNorm '%s%s' folded (eps %g) with %s%s%s", pre, r->bn, r->eps,
+				    r->bias ? "conv bias '" : "no conv bias", r->bias ? arena_printf(c->a, "%s%s", pre, r->bias) : "",
+				    r->bias ? "'" : "");
+	default:
+		return "the template's own tensor";
+	}
+}
+
+/* How much besides the values speaks for recipe r at slot sl, for
+ * candidates the values cannot tell apart (a template tensor of zeros
+ * matches every zero key): the tensor's own name; a conv bias folded with
+ * the BatchNorm and conv bias its weight's fold used; the module the
+ * consumer node is named after; for a Conv, that exporters fold
+ * BatchNorm into it. */
+static int evidence(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m, const Slot *sl, const Recipe *r,
+		    WSrc *ws, const char *pre)
+{
+	int ev = 0;
+	const Node *n = tpl->node[sl->node];
+	if (r->kind == R_NAME)
+		ev += 8;
+	if (r->kind == R_FOLD_B && g_is(n, "Conv"))
+		for (size_t i = 0; i < m->n; i++) {
+			const Recipe *w = &m->r[i];
+			if (w->node != sl->node || w->input != 1 || w->kind != R_FOLD_W || strcmp(w->bn, r->bn) != 0)
+				continue;
+			const char *cb = arena_printf(c->a, "%.*s.bias", (int)(strlen(w->rest) - strlen(".weight")), w->rest);
+			int has = wsrc_get(ws, arena_printf(c->a, "%s%s", pre, cb)) != NULL;
+			if (has ? r->bias && strcmp(r->bias, cb) == 0 : !r->bias)
+				ev += 4;
+		}
+	if (named_like(c, L, tpl, sl, r))
+		ev += 2;
+	if (g_is(n, "Conv") && (r->kind == R_FOLD_W || r->kind == R_FOLD_B))
+		ev += 1;
+	return ev;
+}
+
 int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err *e)
 {
 	Src s = { .c = c, .w = w };
@@ -546,51 +597,56 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 		/* Best fit over every present expert: a loose tolerance (half
 		 * precision) lets near misses through on the template (eps 1e-5
 		 * for 1e-3), never past the exact recipe. */
-		double best = INFINITY, worst = 0;
+		double best = INFINITY, worst = 0, tol = tolerance(&s, t->data_type);
 		const char *worstname = t->name;
 		int worstid = tpl->id;
 		size_t pick = cs.n;
+		double *maxd = arena_alloc(c->a, (cs.n + 1) * sizeof *maxd);
 		for (size_t j = 0; j < cs.n; j++) {
-			double maxd = cs.v[j].d, tol = tolerance(&s, t->data_type);
+			maxd[j] = cs.v[j].d;
 			cs.v[j].r.node = sl[i].node;
 			cs.v[j].r.input = sl[i].input;
-			for (size_t k = 0; k < L->nex && maxd <= tol; k++) {
+			for (size_t k = 0; k < L->nex && maxd[j] <= tol; k++) {
 				double d;
 				if (&L->ex[k] == tpl)
 					continue;
 				if (verify(&s, L, tpl, &L->ex[k], &sl[i], &cs.v[j].r, &d, e))
 					return -1;
-				if (d > maxd)
-					maxd = d;
+				if (d > maxd[j])
+					maxd[j] = d;
 				if (d > worst) {
 					worst = d;
 					worstname = L->ex[k].node[sl[i].node]->input[sl[i].input];
 					worstid = L->ex[k].id;
 				}
 			}
-			if (maxd > tol)
-				continue;
-			if (maxd < best) {
-				best = maxd;
+			if (maxd[j] <= tol && maxd[j] < best) {
+				best = maxd[j];
 				pick = j;
 			}
 		}
-		/* Equally good candidates must agree on every expert to rebuild;
-		 * where they do not, names decide, or nothing does. */
+		/* Candidates that fit exactly as well must rebuild the missing
+		 * experts alike; where they do not, the one with more evidence
+		 * wins (see evidence), or the repair stops. */
+		int top = pick < cs.n ? evidence(c, L, tpl, m, &sl[i], &cs.v[pick].r, w, pre) : 0, ntop = 1;
+		size_t other = cs.n;
 		for (size_t j = 0; pick < cs.n && j < cs.n; j++) {
-			if (j == pick || cs.v[j].d > best)
+			if (j == pick || maxd[j] != best || same_for_missing(&s, L, &cs.v[pick].r, &cs.v[j].r, n))
 				continue;
-			if (same_for_missing(&s, L, &cs.v[pick].r, &cs.v[j].r, n))
-				continue;
-			int a = named_like(c, L, tpl, &sl[i], &cs.v[pick].r), b = named_like(c, L, tpl, &sl[i], &cs.v[j].r);
-			if (a != b) {
-				pick = b ? j : pick;
-				continue;
+			int ev = evidence(c, L, tpl, m, &sl[i], &cs.v[j].r, w, pre);
+			if (ev > top) {
+				top = ev;
+				pick = j;
+				ntop = 1;
+				other = cs.n;
+			} else if (ev == top) {
+				ntop++;
+				other = j;
 			}
-			return errf(e, "layer %s: tensor '%s' of expert %d is rebuilt equally well from '%s%s' and '%s%s', which differ for the missing experts; the checkpoint cannot tell them apart",
-				    L->scope, t->name, tpl->id, pre, cs.v[pick].r.rest ? cs.v[pick].r.rest : cs.v[pick].r.bn,
-				    pre, cs.v[j].r.rest ? cs.v[j].r.rest : cs.v[j].r.bn);
 		}
+		if (pick < cs.n && ntop > 1 && other < cs.n && !same_for_missing(&s, L, &cs.v[pick].r, &cs.v[other].r, n))
+			return errf(e, "layer %s: tensor '%s' of expert %d is rebuilt equally well as %s and as %s, which differ for the missing experts; the checkpoint cannot tell them apart",
+				    L->scope, t->name, tpl->id, describe(c, pre, &cs.v[pick].r), describe(c, pre, &cs.v[other].r));
 		if (pick < cs.n) {
 			*r = cs.v[pick].r;
 			if (best > m->maxdiff)

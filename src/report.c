@@ -26,6 +26,10 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 			fputs(" dense dispatch, nothing to repair\n", f);
 			continue;
 		}
+		if (l->why) {
+			fprintf(f, " data-dependent dispatch that cannot be repaired: %s\n", l->why);
+			continue;
+		}
 		if (l->experts)
 			fprintf(f, " %d experts", l->experts);
 		if (l->top_k)

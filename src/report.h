@@ -18,6 +18,7 @@ typedef struct {
 	double map_maxdiff;   /* largest relative difference in the mapping check */
 	int repaired;         /* 1 when the layer was rewritten */
 	int dense;            /* already in the dense form: nothing to repair */
+	const char *why;      /* a dispatch that cannot be repaired: why (diagnosis) */
 } LayerReport;
 
 typedef struct {
