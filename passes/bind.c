@@ -36,13 +36,13 @@ static int check_agree(const SpecLayer *s, const Layer *L, Err *e)
 	if (L->topk_k >= 0 && L->topk_k != s->top_k)
 		return errf(e, "layer %s: experts.yaml says top_k: %d, but the router's TopK '%s' takes %lld; fix top_k",
 			    s->scope, s->top_k, L->topk->name ? L->topk->name : "", (long long)L->topk_k);
-	if (L->width >= 0 && L->width != s->experts)
-		return errf(e, "layer %s: experts.yaml says experts: %d, but the router scores %lld experts; fix experts",
-			    s->scope, s->experts, (long long)L->width);
 	for (size_t k = 0; k < L->nex; k++)
 		if (L->ex[k].id >= s->experts)
 			return errf(e, "layer %s: the dispatch compares the router indices with expert id %d, but experts: %d; fix experts",
 				    s->scope, L->ex[k].id, s->experts);
+	if (L->width >= 0 && L->width != s->experts)
+		return errf(e, "layer %s: experts.yaml says experts: %d, but the router scores %lld experts; fix experts",
+			    s->scope, s->experts, (long long)L->width);
 	return 0;
 }
 
