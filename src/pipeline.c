@@ -75,7 +75,10 @@ static int tidy(Ctx *c, Err *e)
 	if (g_reindex(c, e))
 		return -1;
 	g_dce(c);
-	if (g_reindex(c, e) || g_toposort(c, c->g, e))
+	/* The sort reads producers by name, which the index still has right
+	 * for every node DCE kept (a kept node reads only kept values), so
+	 * it needs no index of its own, only the one after it. */
+	if (g_toposort(c, c->g, e))
 		return -1;
 	return g_reindex(c, e) || g_infer(c, e);
 }
