@@ -72,12 +72,9 @@ static int count_convs(const Onnx__GraphProto *gp)
  * it the shapes and types of the graph as it now is. */
 static int tidy(Ctx *c, Err *e)
 {
-	if (g_reindex(c, e))
-		return -1;
+	/* Dead-node elimination and the sort read producers and positions,
+	 * which the mutation API keeps current: one rebuild after them. */
 	g_dce(c);
-	/* The sort reads producers by name, which the index still has right
-	 * for every node DCE kept (a kept node reads only kept values), so
-	 * it needs no index of its own, only the one after it. */
 	if (g_toposort(c, c->g, e))
 		return -1;
 	return g_reindex(c, e) || g_infer(c, e);
