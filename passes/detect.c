@@ -783,7 +783,7 @@ static int agree(Layer *L, const char **dst, const char *v, const char *what, in
 		    L->scope, what, *dst, id, v);
 }
 
-static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, const char *view, Expert *x, const char **wview,
+static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const char **wview,
 		     Err *e)
 {
 	Graph *g = c->g;
@@ -807,7 +807,6 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, const char *view, E
 		return errf(e, "layer %s: expert %d's dispatch lacks the condition '%s' the other experts have",
 			    L->scope, x->id, L->wmask);
 	}
-	(void)view;
 	size_t low = g_pos(c, eq);
 	const char *wsrc = NULL, *stop = NULL;
 	WUse wu = { 0 };
@@ -1137,7 +1136,7 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 		if (agree(L, &L->indices, w.view[i], "router indices", (int)w.id[i], e))
 			return -1;
 		Expert *x = &L->ex[L->nex++];
-		if (expert_of(c, L, w.eq[i], w.id[i], w.view[i], x, &L->weights, e))
+		if (expert_of(c, L, w.eq[i], w.id[i], x, &L->weights, e))
 			return -1;
 	}
 	qsort(L->ex, L->nex, sizeof *L->ex, cmp_id);

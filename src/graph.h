@@ -178,14 +178,4 @@ int g_toposort(Ctx *c, Graph *g, Err *e);
  * ranges of the ops the passes read and emit. */
 int g_check(Ctx *c, Err *e);
 
-/* Counts nodes of op (NULL: all) whose name lies under a module path
- * (see path_match). */
-int g_count(const Ctx *c, const char *op, const char *scope);
-
-/* Module-path matching of exporter node names: "model.6.experts.3" matches
- * "/model.6/experts.3/conv/Conv", "/model/model.6/experts.3/...",
- * "/model/6/experts.3/..." (tokens split on '/' and '.', matched as a
- * contiguous run). Returns 1 on a match. */
-int path_match(const char *nodename, const char *modpath);
-
 #endif
