@@ -768,26 +768,21 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 		}
 		/* Candidates that fit exactly as well must rebuild the missing
 		 * experts alike; where they do not, the one with more evidence
-		 * wins (see evidence), or the repair stops. */
-		int top = pick < cs.n ? evidence(c, L, tpl, m, &sl[i], &cs.v[pick].r, w, pre) : 0, ntop = 1;
-		size_t other = cs.n;
-		for (size_t j = 0; pick < cs.n && j < cs.n; j++) {
-			if (j == pick || maxd[j] != best || same_for_missing(&s, L, &cs.v[pick].r, &cs.v[j].r, n))
-				continue;
-			int ev = evidence(c, L, tpl, m, &sl[i], &cs.v[j].r, w, pre);
-			if (ev > top) {
-				top = ev;
+		 * wins (see evidence), or the repair stops. The best-supported
+		 * candidate is picked first, whatever the candidates' order, so
+		 * evidence for one that rebuilds the missing experts like the
+		 * first found counts too; then every candidate that rebuilds
+		 * them otherwise must have less. */
+		int *ev = arena_alloc(c->a, (cs.n + 1) * sizeof *ev);
+		for (size_t j = 0; pick < cs.n && j < cs.n; j++)
+			ev[j] = maxd[j] == best ? evidence(c, L, tpl, m, &sl[i], &cs.v[j].r, w, pre) : -1;
+		for (size_t j = 0; pick < cs.n && j < cs.n; j++)
+			if (ev[j] > ev[pick])
 				pick = j;
-				ntop = 1;
-				other = cs.n;
-			} else if (ev == top) {
-				ntop++;
-				other = j;
-			}
-		}
-		if (pick < cs.n && ntop > 1 && other < cs.n && !same_for_missing(&s, L, &cs.v[pick].r, &cs.v[other].r, n))
-			return errf(e, "layer %s: tensor '%s' of expert %d is rebuilt equally well as %s and as %s, which differ for the missing experts; the checkpoint cannot tell them apart",
-				    L->scope, t->name, tpl->id, describe(c, pre, &cs.v[pick].r), describe(c, pre, &cs.v[other].r));
+		for (size_t j = 0; pick < cs.n && j < cs.n; j++)
+			if (j != pick && ev[j] >= ev[pick] && !same_for_missing(&s, L, &cs.v[pick].r, &cs.v[j].r, n))
+				return errf(e, "layer %s: tensor '%s' of expert %d is rebuilt equally well as %s and as %s, which differ for the missing experts; the checkpoint cannot tell them apart",
+					    L->scope, t->name, tpl->id, describe(c, pre, &cs.v[pick].r), describe(c, pre, &cs.v[j].r));
 		if (pick < cs.n) {
 			*r = cs.v[pick].r;
 			if (best > m->maxdiff)
