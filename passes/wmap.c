@@ -545,7 +545,7 @@ static const char *describe(Ctx *c, const char *pre, const Recipe *r)
 /* How much besides the values speaks for recipe r at slot sl, for
  * candidates the values cannot tell apart (a template tensor of zeros
  * matches every zero key): the tensor's own name; a conv bias folded with
- * the BatchNorm and conv bias its weight's fold used; the module the
+ * the BatchNorm, eps and conv bias its weight's fold used; the module the
  * consumer node is named after; for a Conv, that exporters fold
  * BatchNorm into it. */
 static int evidence(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m, const Slot *sl, const Recipe *r,
@@ -558,7 +558,10 @@ static int evidence(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m,
 	if (r->kind == R_FOLD_B && g_is(n, "Conv"))
 		for (size_t i = 0; i < m->n; i++) {
 			const Recipe *w = &m->r[i];
-			if (w->node != sl->node || w->input != 1 || w->kind != R_FOLD_W || strcmp(w->bn, r->bn) != 0)
+			/* One BatchNorm, one eps: the bias is folded with the eps the
+			 * weight was, which its non-zero values decided. */
+			if (w->node != sl->node || w->input != 1 || w->kind != R_FOLD_W || strcmp(w->bn, r->bn) != 0 ||
+			    w->eps != r->eps)
 				continue;
 			const char *cb = arena_printf(c->a, "%.*s.bias", (int)(strlen(w->rest) - strlen(".weight")), w->rest);
 			int has = wsrc_get(ws, arena_printf(c->a, "%s%s", pre, cb)) != NULL;
