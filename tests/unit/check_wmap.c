@@ -168,7 +168,7 @@ START_TEST(by_name)
 	begin(&f, "/model.0");
 	f.o.wname = "model.0.experts.{i}.conv.weight";
 	f.o.bname = "model.0.experts.{i}.conv.bias";
-	ck_plain(f.w, "model.0.", 4, 0);
+	ck_plain(f.w, "model.0.experts.{i}.", 4, 0);
 	end(&f);
 	MAP_OK(&f);
 	const Recipe *w = recipe(&f, 1), *b = recipe(&f, 2);
@@ -217,7 +217,7 @@ START_TEST(by_value)
 {
 	Fx f;
 	begin(&f, "/model.0");
-	ck_plain(f.w, "model.0.", 4, 0);
+	ck_plain(f.w, "model.0.experts.{i}.", 4, 0);
 	end(&f);
 	MAP_OK(&f);
 	const Recipe *w = recipe(&f, 1), *b = recipe(&f, 2);
@@ -490,7 +490,7 @@ START_TEST(tie_of_identical_candidates)
 {
 	Fx f;
 	begin(&f, NULL);
-	ck_plain(f.w, "model.0.", 4, 0);
+	ck_plain(f.w, "model.0.experts.{i}.", 4, 0);
 	for (int id = 0; id < 4; id++) {
 		float b[2] = { mb_bv(0, id, 0), mb_bv(0, id, 1) };
 		ck_put(f.w, arena_printf(f.b.a, "model.0.experts.%d.copy.bias", id), FLOAT, "2", b, 2);
@@ -512,7 +512,7 @@ START_TEST(refuse_other_structure)
 {
 	Fx f;
 	begin(&f, "/model.0");
-	ck_plain(f.w, "model.0.", 3, 0);
+	ck_plain(f.w, "model.0.experts.{i}.", 3, 0);
 	float big[36] = { 0 }, b[2] = { 0 };
 	ck_put(f.w, "model.0.experts.3.conv.weight", FLOAT, "2,2,3,3", big, 36);
 	ck_put(f.w, "model.0.experts.3.conv.bias", FLOAT, "2", b, 2);
@@ -544,7 +544,7 @@ START_TEST(refuse_input_from_an_expert_family)
 {
 	Fx f;
 	begin(&f, "/model.0");
-	ck_plain(f.w, "model.0.", 4, 0);
+	ck_plain(f.w, "model.0.experts.{i}.", 4, 0);
 	for (int id = 0; id < 4; id++) {
 		float dw[4] = { 1 + id, 0.5f, 0.25f, 2 };
 		ck_put(f.w, arena_printf(f.b.a, "model.0.dw.%d.weight", id), FLOAT, "2,2,1,1", dw, 4);
@@ -582,7 +582,7 @@ START_TEST(refuse_present_expert_differs)
 {
 	Fx f;
 	begin(&f, "/model.0");
-	ck_plain(f.w, "model.0.", 4, 0);
+	ck_plain(f.w, "model.0.experts.{i}.", 4, 0);
 	f.o.wv[2] = "9,9,9,9";
 	end(&f);
 	ck_assert_int_eq(map(&f), -1);

@@ -390,9 +390,10 @@ static inline void ck_attr(WSrc *w, const char *name, double v)
 }
 
 /* The plain checkpoint of a layer of E experts built with mb_layer's
- * default values for `seed`: "<pre>experts.{i}.conv.weight" and
- * ".conv.bias" (pre: "model.0." or ""). */
-static inline void ck_plain(WSrc *w, const char *pre, int E, double seed)
+ * default values for `seed`: "<epath>conv.weight" and "<epath>conv.bias",
+ * epath the expert's key prefix with "{i}" for its id
+ * ("model.0.experts.{i}."). */
+static inline void ck_plain(WSrc *w, const char *epath, int E, double seed)
 {
 	for (int id = 0; id < E; id++) {
 		float wv[4], bv[2];
@@ -400,8 +401,9 @@ static inline void ck_plain(WSrc *w, const char *pre, int E, double seed)
 			wv[j] = mb_wv(seed, id, j);
 		for (int j = 0; j < 2; j++)
 			bv[j] = mb_bv(seed, id, j);
-		ck_put(w, arena_printf(w->a, "%sexperts.%d.conv.weight", pre, id), FLOAT, "2,2,1,1", wv, 4);
-		ck_put(w, arena_printf(w->a, "%sexperts.%d.conv.bias", pre, id), FLOAT, "2", bv, 2);
+		const char *pre = mb_subst(w->a, epath, id);
+		ck_put(w, arena_printf(w->a, "%sconv.weight", pre), FLOAT, "2,2,1,1", wv, 4);
+		ck_put(w, arena_printf(w->a, "%sconv.bias", pre), FLOAT, "2", bv, 2);
 	}
 }
 
