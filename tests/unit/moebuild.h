@@ -389,22 +389,26 @@ static inline void ck_attr(WSrc *w, const char *name, double v)
 	map_put(&w->attr, arena_strdup(w->a, name), d);
 }
 
-/* The plain checkpoint of a layer of E experts built with mb_layer's
- * default values for `seed`: "<epath>conv.weight" and "<epath>conv.bias",
- * epath the expert's key prefix with "{i}" for its id
- * ("model.0.experts.{i}."). */
+/* Expert id's tensors in a plain checkpoint, with mb_layer's default
+ * values for `seed`: "<epath>conv.weight" and "<epath>conv.bias", epath
+ * the expert's key prefix with "{i}" for its id ("model.0.experts.{i}."). */
+static inline void ck_expert(WSrc *w, const char *epath, int id, double seed)
+{
+	float wv[4], bv[2];
+	for (int j = 0; j < 4; j++)
+		wv[j] = mb_wv(seed, id, j);
+	for (int j = 0; j < 2; j++)
+		bv[j] = mb_bv(seed, id, j);
+	const char *pre = mb_subst(w->a, epath, id);
+	ck_put(w, arena_printf(w->a, "%sconv.weight", pre), FLOAT, "2,2,1,1", wv, 4);
+	ck_put(w, arena_printf(w->a, "%sconv.bias", pre), FLOAT, "2", bv, 2);
+}
+
+/* A layer of E experts, as mb_layer built them with `seed`. */
 static inline void ck_plain(WSrc *w, const char *epath, int E, double seed)
 {
-	for (int id = 0; id < E; id++) {
-		float wv[4], bv[2];
-		for (int j = 0; j < 4; j++)
-			wv[j] = mb_wv(seed, id, j);
-		for (int j = 0; j < 2; j++)
-			bv[j] = mb_bv(seed, id, j);
-		const char *pre = mb_subst(w->a, epath, id);
-		ck_put(w, arena_printf(w->a, "%sconv.weight", pre), FLOAT, "2,2,1,1", wv, 4);
-		ck_put(w, arena_printf(w->a, "%sconv.bias", pre), FLOAT, "2", bv, 2);
-	}
+	for (int id = 0; id < E; id++)
+		ck_expert(w, epath, id, seed);
 }
 
 /* A SpecLayer as experts.yaml would give it. */
