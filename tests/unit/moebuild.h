@@ -157,7 +157,7 @@ typedef struct {
 } Lres;
 
 /* Default expert weights, exact in float and float16: the values a
- * checkpoint built with the same seed holds (mb_ckpt). */
+ * checkpoint built with the same seed holds (ck_plain). */
 static inline float mb_wv(double seed, int id, int j)
 {
 	return (float)(seed + 0.5 * (id + 1) + 0.125 * j);
@@ -204,7 +204,6 @@ static inline const char *mb_expert(MB *m, Onnx__GraphProto *g, const Lopt *o, i
 static inline const char *mb_rows(MB *m, Onnx__GraphProto *g, const Lopt *o, Lres *r, int i, const char *mask,
 				  const char *acc)
 {
-	Arena *a = m->b->a;
 	const char *p = o->pfx;
 	Xres *x = &r->ex[i];
 	const char *nz = mb_op(m, g, p, "NonZero", mask, "");
@@ -243,7 +242,6 @@ static inline const char *mb_rows(MB *m, Onnx__GraphProto *g, const Lopt *o, Lre
 	const char *u = mb_axis(m, g, p, "Unsqueeze", mb_axis(m, g, p, "Unsqueeze", mb_axis(m, g, p, "Unsqueeze", x->row, 1), 2), 3);
 	const char *ie = mb_op(m, g, p, "Expand", MB_J(m, u, mb_op(m, g, p, "Shape", ex, "")), "");
 	const char *sc = mb_op(m, g, p, "ScatterElements", MB_J(m, o->zeros ? o->zeros : "zeros", ie, ex), "axis=0");
-	(void)a;
 	return mb_op(m, g, p, "Add", MB_J(m, acc, sc), "");
 }
 
@@ -264,8 +262,9 @@ static inline const char *mb_masksum(MB *m, Onnx__GraphProto *g, const Lopt *o, 
 	return mb_op(m, g, p, "Add", MB_J(m, acc, x->prod), "");
 }
 
-/* If(any(match)) { then(acc) } else { Identity(acc) }, as scripted
- * exports gate each expert; `then` fills the then-branch. */
+/* If(Cast(Greater(ReduceSum(Cast(match)), 0))) { dispatch } else
+ * { Identity(acc) }, as scripted exports gate each expert: the then-branch
+ * is the masksum form, or the traced rows form (o->form). */
 static inline const char *mb_gate(MB *m, const Lopt *o, Lres *r, int i, const char *eq, int cast_to)
 {
 	const char *p = o->pfx;
