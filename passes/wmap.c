@@ -568,7 +568,7 @@ static const char *describe(Ctx *c, const char *pre, const Recipe *r)
 /* How much besides the values speaks for recipe r at slot sl, for
  * candidates the values cannot tell apart (a template tensor of zeros
  * matches every zero key): the tensor's own name; a conv bias folded with
- * the BatchNorm and conv bias its weight's fold used; the module the
+ * the BatchNorm, eps and conv bias its weight's fold used; the module the
  * consumer node is named after; for a Conv, that exporters fold
  * BatchNorm into it. */
 static int evidence(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m, const Slot *sl, const Recipe *r,
@@ -581,7 +581,10 @@ static int evidence(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m,
 	if (r->kind == R_FOLD_B && g_is(n, "Conv"))
 		for (size_t i = 0; i < m->n; i++) {
 			const Recipe *w = &m->r[i];
-			if (w->node != sl->node || w->input != 1 || w->kind != R_FOLD_W || strcmp(w->bn, r->bn) != 0)
+			/* One BatchNorm, one eps: the bias is folded with the eps the
+			 * weight was, which its non-zero values decided. */
+			if (w->node != sl->node || w->input != 1 || w->kind != R_FOLD_W || strcmp(w->bn, r->bn) != 0 ||
+			    w->eps != r->eps)
 				continue;
 			const char *cb = arena_printf(c->a, "%.*s.bias", (int)(strlen(w->rest) - strlen(".weight")), w->rest);
 			int has = wsrc_get(ws, arena_printf(c->a, "%s%s", pre, cb)) != NULL;
@@ -793,26 +796,21 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 		}
 		/* Candidates that fit exactly as well must rebuild the missing
 		 * experts alike; where they do not, the one with more evidence
-		 * wins (see evidence), or the repair stops. */
-		int top = pick < cs.n ? evidence(c, L, tpl, m, &sl[i], &cs.v[pick].r, w, pre) : 0, ntop = 1;
-		size_t other = cs.n;
-		for (size_t j = 0; pick < cs.n && j < cs.n; j++) {
-			if (j == pick || maxd[j] != best || same_for_missing(&s, L, &cs.v[pick].r, &cs.v[j].r, n))
-				continue;
-			int ev = evidence(c, L, tpl, m, &sl[i], &cs.v[j].r, w, pre);
-			if (ev > top) {
-				top = ev;
+		 * wins (see evidence), or the repair stops. The best-supported
+		 * candidate is picked first, whatever the candidates' order, so
+		 * evidence for one that rebuilds the missing experts like the
+		 * first found counts too; then every candidate that rebuilds
+		 * them otherwise must have less. */
+		int *ev = arena_alloc(c->a, (cs.n + 1) * sizeof *ev);
+		for (size_t j = 0; pick < cs.n && j < cs.n; j++)
+			ev[j] = maxd[j] == best ? evidence(c, L, tpl, m, &sl[i], &cs.v[j].r, w, pre) : -1;
+		for (size_t j = 0; pick < cs.n && j < cs.n; j++)
+			if (ev[j] > ev[pick])
 				pick = j;
-				ntop = 1;
-				other = cs.n;
-			} else if (ev == top) {
-				ntop++;
-				other = j;
-			}
-		}
-		if (pick < cs.n && ntop > 1 && other < cs.n && !same_for_missing(&s, L, &cs.v[pick].r, &cs.v[other].r, n))
-			return errf(e, "layer %s: tensor '%s' of expert %d is rebuilt equally well as %s and as %s, which differ for the missing experts; the checkpoint cannot tell them apart",
-				    L->scope, t->name, tpl->id, describe(c, pre, &cs.v[pick].r), describe(c, pre, &cs.v[other].r));
+		for (size_t j = 0; pick < cs.n && j < cs.n; j++)
+			if (j != pick && ev[j] >= ev[pick] && !same_for_missing(&s, L, &cs.v[pick].r, &cs.v[j].r, n))
+				return errf(e, "layer %s: tensor '%s' of expert %d is rebuilt equally well as %s and as %s, which differ for the missing experts; the checkpoint cannot tell them apart",
+					    L->scope, t->name, tpl->id, describe(c, pre, &cs.v[pick].r), describe(c, pre, &cs.v[j].r));
 		if (pick < cs.n) {
 			*r = cs.v[pick].r;
 			if (best > m->maxdiff)

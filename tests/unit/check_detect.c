@@ -1,0 +1,510 @@
+/* Detection (passes/detect.c): moe_find on hand-built layers of each
+ * dispatch form the exporters write (tests/unit/moebuild.h), asserting
+ * every field of the Layer found; the dispatches no known form has are
+ * refused, or, lenient, reported as FORM_UNKNOWN with why. */
+#include <check.h>
+
+#include "moebuild.h"
+#include "testutil.h"
+
+static Layer *find1(B *b, int lenient)
+{
+	Layer *L = NULL;
+	size_t n = 0;
+	ck_assert_msg(moe_find(&b->c, NULL, lenient, &L, &n, &b->e) == 0, "moe_find: %s", b->e.msg);
+	ck_assert_uint_eq(n, 1);
+	return L;
+}
+
+/* moe_find must refuse, saying want. */
+static void refused(B *b, const char *want)
+{
+	Layer *L = NULL;
+	size_t n = 0;
+	ck_assert_int_eq(moe_find(&b->c, NULL, 0, &L, &n, &b->e), -1);
+	tu_err_has(b->e.msg, want);
+	/* Diagnosis (lenient): the same router is a layer that cannot be repaired. */
+	char msg[sizeof b->e.msg];
+	memcpy(msg, b->e.msg, sizeof msg);
+	L = find1(b, 1);
+	ck_assert_int_eq(L->form, FORM_UNKNOWN);
+	ck_assert_ptr_nonnull(L->why);
+	ck_assert_str_eq(L->why, msg);
+	ck_assert_uint_eq(L->nex, 0);
+}
+
+/* Builds o's layer (its routed sum a graph output) and indexes it. */
+static void build(MB *m, B *b, Lopt *o, Lres *r, int opset)
+{
+	mb_new(m, b, opset);
+	mb_inputs(m, o->E);
+	mb_layer(m, o, r);
+	b_out(b, NULL, r->combined, FLOAT, NULL);
+}
+
+static const Expert *by_id(const Layer *L, int id)
+{
+	for (size_t k = 0; k < L->nex; k++)
+		if (L->ex[k].id == id)
+			return &L->ex[k];
+	ck_abort_msg("expert %d not detected", id);
+	return NULL;
+}
+
+/* What every form shares: the router, the values the dispatch reads, and
+ * each present expert as the builder made it. */
+static void same_layer(const B *b, const Layer *L, const Lopt *o, const Lres *r, int nnode)
+{
+	ck_assert_ptr_eq(L->topk, r->topk);
+	ck_assert_str_eq(L->scope, r->topk->name);
+	ck_assert_int_eq(L->topk_k, o->k);
+	ck_assert_int_eq(L->width, o->E);
+	ck_assert_str_eq(L->indices, r->indices);
+	ck_assert_str_eq(L->weights, r->weights);
+	ck_assert_str_eq(L->x, r->x);
+	ck_assert_str_eq(L->combined, r->combined);
+	ck_assert_int_eq(L->rank, 4);
+	ck_assert_uint_eq(L->nex, (size_t)o->nid);
+	ck_assert_int_eq(L->gen, b->c.gen);
+	for (size_t k = 1; k < L->nex; k++)
+		ck_assert_int_lt(L->ex[k - 1].id, L->ex[k].id); /* by id */
+	for (int i = 0; i < o->nid; i++) {
+		const Expert *x = by_id(L, o->ids[i]);
+		const Xres *w = &r->ex[i];
+		ck_assert_ptr_eq(x->eq, w->eq);
+		ck_assert_str_eq(x->in, w->in);
+		ck_assert_str_eq(x->out, w->out);
+		ck_assert_str_eq(x->prod, w->prod);
+		ck_assert_str_eq(x->mul->output[0], w->prod);
+		ck_assert_ptr_eq(x->gate, w->gate);
+		ck_assert_uint_eq(x->nnode, (size_t)nnode);
+		/* The expert's nodes, in graph order: Conv first, its output last. */
+		ck_assert_str_eq(x->node[0]->op_type, "Conv");
+		ck_assert_str_eq(x->node[0]->input[1], w->w);
+		ck_assert_str_eq(x->node[x->nnode - 1]->output[0], w->out);
+	}
+	ck_assert_int_eq(L->nodes, o->nid * nnode);
+	ck_assert_int_eq(L->convs, o->nid);
+}
+
+static Lopt traced(void)
+{
+	return (Lopt){ .pfx = "/model.0", .E = 4, .k = 2, .ids = { 3, 0 }, .nid = 2 };
+}
+
+/* torch 1.13's trace of torch.where(mask) + index_add_: Equal -> NonZero
+ * -> Transpose -> Split -> Squeeze x2, rows gathered, one weight per (row,
+ * slot) from Flatten(W), scattered back (ScatterElements + Add). */
+START_TEST(rows_traced)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	ck_assert_int_eq(L->form, FORM_ROWS);
+	same_layer(&b, L, &o, &r, 3);
+	ck_assert_ptr_null(L->wmask);
+	ck_assert_int_eq(L->wcast, 0);
+	ck_assert_int_eq(L->nif, 0);
+	ck_assert_ptr_null(L->why);
+	ck_assert_ptr_null(L->spec);
+	ck_assert_ptr_eq(L->ex[0].g, b.c.g);
+	/* The names: the router's module, the layer's and its experts'. */
+	ck_assert_str_eq(L->topmodule, "model.0.router");
+	ck_assert_str_eq(L->module, "model.0");
+	ck_assert_str_eq(L->pattern, "experts.{i}");
+	ck_assert_str_eq(L->named[0], "model.0.experts.0");
+	ck_assert_str_eq(L->named[1], "model.0.experts.3");
+	b_free(&b);
+
+	/* Opset 11: Split's sizes and Squeeze's axes as attributes. */
+	build(&m, &b, &o, &r, 11);
+	ck_assert_int_eq(b_index(&b), 0);
+	L = find1(&b, 0);
+	ck_assert_int_eq(L->form, FORM_ROWS);
+	same_layer(&b, L, &o, &r, 3);
+	b_free(&b);
+}
+END_TEST
+
+/* The coordinates taken by Gather(Transpose(NonZero), j, axis 1) instead
+ * of Split. */
+START_TEST(rows_gather_coords)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	o.coord = CO_GATHER;
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	ck_assert_int_eq(L->form, FORM_ROWS);
+	same_layer(&b, L, &o, &r, 3);
+	b_free(&b);
+}
+END_TEST
+
+/* The weight gathered by GatherND(W, Concat(row, slot)). */
+START_TEST(rows_gathernd)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	o.wgather = WG_ND;
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	ck_assert_int_eq(L->form, FORM_ROWS);
+	same_layer(&b, L, &o, &r, 3);
+	b_free(&b);
+}
+END_TEST
+
+/* Cast on both sides of the product (out.to(dtype) * w.to(dtype)): the
+ * expert's Cast is part of the expert, the weight's is wcast. */
+START_TEST(rows_cast)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	o.cast = 1;
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	same_layer(&b, L, &o, &r, 4);
+	ck_assert_int_eq(L->wcast, FLOAT);
+	ck_assert_str_eq(L->ex[0].node[3]->op_type, "Cast");
+	/* The Cast, named after the layer, does not hide the expert's module. */
+	ck_assert_str_eq(L->module, "model.0");
+	ck_assert_str_eq(L->pattern, "experts.{i}");
+	b_free(&b);
+}
+END_TEST
+
+/* A mask And(Equal, Greater(W, 0)): the condition is the layer's wmask. */
+START_TEST(rows_wmask)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	o.wmask = 1;
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	same_layer(&b, L, &o, &r, 3);
+	ck_assert_ptr_nonnull(L->wmask);
+	ck_assert_str_eq(L->wmask, r.wmask);
+	b_free(&b);
+}
+END_TEST
+
+/* Indices reshaped [B,k,1,1], then Reshape [1,-1], Slice and Cast before
+ * the Equal: the indices are the view the dispatch compares. */
+START_TEST(rows_index_view)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	o.idxview = 1;
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	same_layer(&b, L, &o, &r, 3);
+	ck_assert_str_ne(L->indices, r.topk->output[1]);
+	ck_assert_str_eq(mb_defop(&b, L->indices), "Cast");
+	b_free(&b);
+}
+END_TEST
+
+/* torch.jit.script of a masksum layer: each expert behind
+ * If(Cast(Greater(ReduceSum(Cast(Equal)), 0))), its then-branch
+ * Mul(W, Cast(Equal)) -> ReduceSum(axis 1) -> Reshape -> Mul with the
+ * expert on the whole input, Add to the previous If's output (zeros
+ * first); the else-branch passes the previous on. */
+START_TEST(masksum_scripted)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	o.form = F_MASKSUM;
+	Lres r;
+	for (int opset = 11; opset <= 17; opset += 6) {
+		build(&m, &b, &o, &r, opset);
+		ck_assert_int_eq(b_index(&b), 0);
+		Layer *L = find1(&b, 0);
+		ck_assert_int_eq(L->form, FORM_MASKSUM);
+		same_layer(&b, L, &o, &r, 3);
+		ck_assert_int_eq(L->nif, 2);
+		ck_assert_ptr_nonnull(L->ex[0].gate);
+		ck_assert_ptr_ne(L->ex[0].g, b.c.g); /* the expert lives in its If's then-branch */
+		ck_assert_ptr_eq(L->ex[0].g->owner, L->ex[0].gate);
+		ck_assert_str_eq(L->x, "x");
+		ck_assert_str_eq(L->module, "model.0");
+		ck_assert_str_eq(L->pattern, "experts.{i}");
+		b_free(&b);
+	}
+}
+END_TEST
+
+/* The traced dispatch inside the scripted If bodies (NonZero, gathers and
+ * scatter in the then-branch, the Equal outside). */
+START_TEST(rows_in_if_bodies)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	o.form = F_ROWS_IF;
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	ck_assert_int_eq(L->form, FORM_ROWS);
+	same_layer(&b, L, &o, &r, 3);
+	ck_assert_int_eq(L->nif, 2);
+	ck_assert_ptr_eq(L->ex[1].g->owner, L->ex[1].gate);
+	b_free(&b);
+}
+END_TEST
+
+/* A dense export: the indices pick the experts' outputs by GatherElements. */
+START_TEST(dense_form)
+{
+	MB m;
+	B b;
+	mb_new(&m, &b, 17);
+	mb_inputs(&m, 4);
+	b_in(&b, NULL, "stack", FLOAT, "2,4,2,2,2");
+	const char *sm = mb_op(&m, NULL, "/model.0/router", "Softmax", "scores", "axis=1");
+	Node *t = mb_node(&m, NULL, "/model.0/router", "TopK", MB_J(&m, sm, mb_int(&m, NULL, NULL, "1", "2")), 2, "axis=1");
+	const char *ij = mb_op(&m, NULL, "/model.0", "Gather", MB_J(&m, t->output[1], mb_int(&m, NULL, NULL, "", "0")), "axis=1");
+	const char *ir = mb_op(&m, NULL, "/model.0", "Reshape", MB_J(&m, ij, mb_int(&m, NULL, NULL, "5", "-1,1,1,1,1")), "");
+	const char *ie = mb_op(&m, NULL, "/model.0", "Expand", MB_J(&m, ir, mb_int(&m, NULL, NULL, "5", "2,1,2,2,2")), "");
+	const char *ge = mb_op(&m, NULL, "/model.0", "GatherElements", MB_J(&m, "stack", ie), "axis=1");
+	b_out(&b, NULL, ge, FLOAT, NULL);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	ck_assert_int_eq(L->form, FORM_DENSE);
+	ck_assert_ptr_eq(L->topk, t);
+	ck_assert_str_eq(L->indices, t->output[1]);
+	ck_assert_uint_eq(L->nex, 0);
+	ck_assert_int_eq(L->topk_k, 2);
+	b_free(&b);
+}
+END_TEST
+
+/* A gated fusion after the routed sum (YOLO-Master's cross gate): the
+ * fused value adds a static path to the routed sum; only the accumulation
+ * of exactly the weighted expert outputs is the routed sum. */
+START_TEST(gated_fusion)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	Lres r;
+	mb_new(&m, &b, 17);
+	mb_inputs(&m, 4);
+	mb_layer(&m, &o, &r);
+	b_init(&b, NULL, "ws", FLOAT, "2,2,1,1", "1,0,0,1");
+	const char *st = mb_op(&m, NULL, "/model.0/static", "Conv", "x,ws", "");
+	const char *gate = mb_op(&m, NULL, "/model.0/gate", "Sigmoid", mb_op(&m, NULL, "/model.0/gate", "Add", MB_J(&m, st, r.combined), ""), "");
+	const char *gs = mb_op(&m, NULL, "/model.0/gate", "Mul", MB_J(&m, st, gate), "");
+	const char *fused = mb_op(&m, NULL, "/model.0/gate", "Add", MB_J(&m, r.combined, gs), "");
+	b_out(&b, NULL, fused, FLOAT, NULL);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	ck_assert_str_eq(L->combined, r.combined);
+	b_free(&b);
+}
+END_TEST
+
+/* ES_MOE: the indices scatter a per-pixel routing map, whose columns
+ * (Gather of a constant) go through NonZero; no Equal with an expert id. */
+START_TEST(refuse_no_expert_id)
+{
+	MB m;
+	B b;
+	mb_new(&m, &b, 17);
+	mb_inputs(&m, 4);
+	b_init(&b, NULL, "map0", FLOAT, "2,4", NULL);
+	b_init(&b, NULL, "ones", FLOAT, "2,2", "1,1,1,1");
+	const char *sm = mb_op(&m, NULL, "/routing", "Softmax", "scores", "axis=1");
+	Node *t = mb_node(&m, NULL, "/routing", "TopK", MB_J(&m, sm, mb_int(&m, NULL, NULL, "1", "2")), 2, "axis=1");
+	const char *sc = mb_op(&m, NULL, "/routing", "ScatterElements", MB_J(&m, "map0", t->output[1], "ones"), "axis=1");
+	const char *col = mb_op(&m, NULL, "", "Gather", MB_J(&m, sc, mb_int(&m, NULL, NULL, "", "0")), "axis=1");
+	b_out(&b, NULL, mb_op(&m, NULL, "", "NonZero", col, ""), INT64, NULL);
+	ck_assert_int_eq(b_index(&b), 0);
+	refused(&b, "its indices reach NonZero '/NonZero' through a dispatch no known form has");
+	tu_err_has(b.e.msg, "router '/routing/TopK'");
+	b_free(&b);
+}
+END_TEST
+
+/* The match read by an op no dispatch form has (a Where). */
+START_TEST(refuse_mask_unknown_op)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	b_init(&b, NULL, "one", FLOAT, "1", "1");
+	b_out(&b, NULL, mb_op(&m, NULL, "/model.0", "Where", MB_J(&m, r.ex[1].eq->output[0], "one", "one"), ""), FLOAT, NULL);
+	ck_assert_int_eq(b_index(&b), 0);
+	refused(&b, "expert 0's dispatch mask reaches node '/model.0/Where' (Where), which no known dispatch form has");
+	b_free(&b);
+}
+END_TEST
+
+/* The NonZero's rows gather two different tensors: which one the expert
+ * reads cannot be told. */
+START_TEST(refuse_two_row_gathers)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	b_in(&b, NULL, "x2", FLOAT, "2,2,2,2");
+	b_out(&b, NULL, mb_op(&m, NULL, "/model.0", "Gather", MB_J(&m, "x2", r.ex[0].row), "axis=0"), FLOAT, NULL);
+	ck_assert_int_eq(b_index(&b), 0);
+	refused(&b, "expert 3 gathers rows of two tensors");
+	tu_err_has(b.e.msg, "'x'");
+	tu_err_has(b.e.msg, "'x2'");
+	b_free(&b);
+}
+END_TEST
+
+/* A weight gathered by the row alone (row*k, no slot): not one weight per
+ * chosen slot. */
+START_TEST(refuse_weight_by_rows_only)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	o.wgather = WG_ROWONLY;
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	ck_assert_int_eq(b_index(&b), 0);
+	refused(&b, "(Gather) in a way no known dispatch form does");
+	b_free(&b);
+}
+END_TEST
+
+/* A name-free export (every node "<Op>_<N>", values numbered): the same
+ * layer, and no module or pattern. */
+START_TEST(name_free)
+{
+	MB m;
+	B b;
+	for (int form = F_ROWS; form <= F_MASKSUM; form++) {
+		Lopt o = traced();
+		o.pfx = NULL;
+		o.form = form;
+		Lres r;
+		build(&m, &b, &o, &r, 17);
+		ck_assert_int_eq(b_index(&b), 0);
+		Layer *L = find1(&b, 0);
+		ck_assert_int_eq(L->form, form == F_MASKSUM ? FORM_MASKSUM : FORM_ROWS);
+		same_layer(&b, L, &o, &r, 3);
+		ck_assert_str_eq(L->scope, r.topk->name);
+		ck_assert_msg(strncmp(L->scope, "TopK_", 5) == 0, "%s", L->scope);
+		ck_assert_ptr_null(L->module);
+		ck_assert_ptr_null(L->pattern);
+		ck_assert_ptr_null(L->named);
+		ck_assert_ptr_null(L->topmodule);
+		b_free(&b);
+	}
+	/* A named export stripped of its names detects alike. */
+	Lopt o = traced();
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	mb_strip(&m, b.m->graph);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	same_layer(&b, L, &o, &r, 3);
+	ck_assert_ptr_null(L->module);
+	ck_assert_ptr_null(L->pattern);
+	b_free(&b);
+}
+END_TEST
+
+/* Nested scopes, as torch names a layer deep in a model
+ * (/model.4/m.0/m.0.0/mlp/experts.1/...): the repeated levels read once. */
+START_TEST(names_nested_scope)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	o.pfx = "/model.4/m.0/m.0.0/mlp";
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	same_layer(&b, L, &o, &r, 3);
+	ck_assert_str_eq(L->module, "model.4.m.0.0.mlp");
+	ck_assert_str_eq(L->pattern, "experts.{i}");
+	ck_assert_str_eq(L->named[1], "model.4.m.0.0.mlp.experts.3");
+	ck_assert_str_eq(L->topmodule, "model.4.m.0.0.mlp.router");
+	b_free(&b);
+}
+END_TEST
+
+/* A MoE exported alone: the router is /TopK, the experts /experts.N/...:
+ * the layer is the root module, "". */
+START_TEST(names_root_module)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	o.pfx = "";
+	o.topk = "/TopK";
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	same_layer(&b, L, &o, &r, 3);
+	ck_assert_str_eq(L->scope, "/TopK");
+	ck_assert_str_eq(L->topmodule, "");
+	ck_assert_str_eq(L->module, "");
+	ck_assert_str_eq(L->pattern, "experts.{i}");
+	ck_assert_str_eq(L->named[0], "experts.0");
+	b_free(&b);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("detect");
+	TCase *tc = tcase_create("forms");
+	tcase_add_test(tc, rows_traced);
+	tcase_add_test(tc, rows_gather_coords);
+	tcase_add_test(tc, rows_gathernd);
+	tcase_add_test(tc, rows_cast);
+	tcase_add_test(tc, rows_wmask);
+	tcase_add_test(tc, rows_index_view);
+	tcase_add_test(tc, masksum_scripted);
+	tcase_add_test(tc, rows_in_if_bodies);
+	tcase_add_test(tc, dense_form);
+	tcase_add_test(tc, gated_fusion);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("refusals");
+	tcase_add_test(tc, refuse_no_expert_id);
+	tcase_add_test(tc, refuse_mask_unknown_op);
+	tcase_add_test(tc, refuse_two_row_gathers);
+	tcase_add_test(tc, refuse_weight_by_rows_only);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("names");
+	tcase_add_test(tc, name_free);
+	tcase_add_test(tc, names_nested_scope);
+	tcase_add_test(tc, names_root_module);
+	suite_add_tcase(s, tc);
+	return tu_run(s);
+}
