@@ -106,6 +106,24 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
  * or -1. */
 int fold_shape_ifs(Ctx *c, int dry, Err *e);
 
+/* Emission of new main-graph nodes for the dispatch rewrites (emit.c):
+ * names under pfx as the exporter forms them, axes as inputs from opset 13
+ * and as attributes before. `one` is an int64 [1] holding 1 (opset >= 13). */
+typedef struct {
+	Ctx *c;
+	const char *pfx;
+	const char *one;
+} Emit;
+void emit_init(Emit *m, Ctx *c, const char *pfx);
+const char *emit(Emit *m, const char *op, const char *const *in, size_t nin); /* its first output */
+Node *emit_last(const Emit *m); /* the node emit just added */
+const char *emit_axes(Emit *m, const char *op, const char *x, const int64_t *axes, size_t n);
+const char *emit_axis1(Emit *m, const char *op, const char *x);
+const char *emit_gather(Emit *m, const char *x, const char *idx, int64_t axis);
+const char *emit_i64(Emit *m, const char *base, const int64_t *v, size_t n, int scalar); /* an initializer */
+const char *emit_reshape(Emit *m, const char *x, const int64_t *shape, size_t n);
+const char *emit_ones_shape(Emit *m, int rank); /* [-1, 1, ..., 1] */
+
 /* Helpers shared by the MoE passes. */
 const char *expert_path(Ctx *c, const SpecLayer *s, int id); /* "model.0.experts.3" */
 int g_rank(const Graph *g, const char *name, int depth);     /* -1 unknown */
