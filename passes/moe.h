@@ -128,4 +128,17 @@ const char *emit_ones_shape(Emit *m, int rank); /* [-1, 1, ..., 1] */
 const char *expert_path(Ctx *c, const SpecLayer *s, int id); /* "model.0.experts.3" */
 int g_rank(const Graph *g, const char *name, int depth);     /* -1 unknown */
 
+/* Static dimensions of a value (dims.c): fills dims[0..rank) with sizes,
+ * -1 where unknown, and returns the rank, -1 when unknown. memo (map_init'ed
+ * by the caller, value name -> result) carries results across calls while
+ * the graph keeps its values' shapes. To be replaced by src/infer.c. */
+enum { DIMS_MAX = 8 };
+int g_dims(Ctx *c, const Graph *g, const char *name, Map *memo, int64_t *dims);
+/* Records what is known of a value's dims in the memo (rank -1: unknown). */
+void g_dims_put(Ctx *c, Map *memo, const char *name, const int64_t *dims, int rank);
+/* Before a layer's rewrite renames its routed sum's producer: records the
+ * sum's dims, from the graph, else as one expert's output over the whole
+ * batch, so later layers' queries see through it. */
+void moe_note_dims(Ctx *c, const Layer *L, Map *dims);
+
 #endif
