@@ -63,7 +63,7 @@ const char *emit_i64(Emit *m, const char *base, const int64_t *v, size_t n, int 
 
 const char *emit_reshape(Emit *m, const char *x, const int64_t *shape, size_t n)
 {
-	const char *in[] = { x, emit_i64(m, "shape", shape, n, 0) };
+	const char *in[] = { x, emit_i64(m, "target", shape, n, 0) };
 	return emit(m, "Reshape", in, 2);
 }
 

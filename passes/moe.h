@@ -33,7 +33,9 @@ typedef struct {
 	Node *gate;       /* the main-graph If gating it, or NULL */
 } Expert;
 
-typedef enum { FORM_ROWS, FORM_MASKSUM, FORM_DENSE } Form;
+/* FORM_DENSE and FORM_SPARSE are static dispatches: nothing to repair. */
+typedef enum { FORM_ROWS, FORM_MASKSUM, FORM_DENSE, FORM_SPARSE } Form;
+#define FORM_STATIC(f) ((f) == FORM_DENSE || (f) == FORM_SPARSE)
 
 typedef struct {
 	const SpecLayer *spec; /* bound experts.yaml layer; NULL in diagnosis */
@@ -100,6 +102,12 @@ int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, 
 	      void **data, size_t *nbytes, Err *e);
 
 int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
+/* The sparse dispatch (sparse.c): 1 rewritten, 0 the layer has a form the
+ * sparse dispatch cannot express (lr->fallback says why; nothing changed),
+ * -1 error. dims: g_dims' memo. */
+int moe_sparse(Ctx *c, Layer *L, WSrc *w, Map *dims, LayerReport *lr, Err *e);
+/* FLOPs of one expert's Convs for one input, -1 when a size is unknown. */
+double moe_expert_flops(Ctx *c, const Layer *L, Map *dims);
 
 /* Folds If(Equal(Gather(Shape(t), d), 1)) {Squeeze} {Identity} shape guards
  * whose dimension is provably 1 (dry: only count them). Returns how many,

@@ -24,7 +24,8 @@
 static const char usage[] =
 	"usage: onnx-moe-repair IN.onnx [IN2.onnx ...] [--experts experts.yaml]\n"
 	"                       [-o OUT.onnx | -o DIR | -o -] [--check] [--report FILE.json]\n"
-	"                       [--external-data FILE] [--no-check] [--no-sync] [--in-place]\n"
+	"                       [--external-data FILE] [--dispatch dense|sparse] [--no-check]\n"
+	"                       [--no-sync] [--in-place]\n"
 	"                       [-q] [-v] [--help] [--version]\n"
 	"\n"
 	"Repairs Mixture-of-Experts ONNX models broken by torch.onnx.export tracing:\n"
@@ -43,6 +44,9 @@ static const char usage[] =
 	"                    output's folder, at 4 KiB-aligned offsets; external data\n"
 	"                    of the input stays where it is, referenced. Automatic\n"
 	"                    (OUT.onnx.data) when the output would pass 2 GiB\n"
+	"  --dispatch FORM   dense (default): every expert runs, the top-k are picked;\n"
+	"                    sparse: only the top-k experts run (gathered weights,\n"
+	"                    grouped Conv); layers it cannot express stay dense\n"
 	"  --no-check        skip the structural check of the output\n"
 	"  --no-sync         do not fsync the output: still replaced atomically, but\n"
 	"                    a power loss may lose it (for batch jobs that sync once)\n"
@@ -58,7 +62,7 @@ static const char usage[] =
 
 typedef struct {
 	const char *experts, *out, *report, *extdata;
-	int check, no_check, in_place, quiet, verbose, passthrough, no_sync;
+	int check, no_check, in_place, quiet, verbose, passthrough, no_sync, sparse;
 	char **in;
 	int nin;
 } Args;
@@ -108,7 +112,7 @@ static char *out_path(Arena *a, const Args *g, const char *in)
 
 static int parse(Args *g, int argc, char **argv, Err *e)
 {
-	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA, O_NOSYNC };
+	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA, O_NOSYNC, O_DISPATCH };
 	static const struct option opts[] = {
 		{ "experts", required_argument, NULL, O_EXPERTS },
 		{ "output", required_argument, NULL, 'o' },
@@ -119,6 +123,7 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		{ "passthrough", no_argument, NULL, O_PASS },
 		{ "external-data", required_argument, NULL, O_EXTDATA },
 		{ "no-sync", no_argument, NULL, O_NOSYNC },
+		{ "dispatch", required_argument, NULL, O_DISPATCH },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -137,6 +142,11 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		case O_PASS: g->passthrough = 1; break;
 		case O_EXTDATA: g->extdata = optarg; break;
 		case O_NOSYNC: g->no_sync = 1; break;
+		case O_DISPATCH:
+			if (strcmp(optarg, "dense") && strcmp(optarg, "sparse"))
+				return errf(e, "--dispatch %s: give dense or sparse", optarg);
+			g->sparse = !strcmp(optarg, "sparse");
+			break;
 		case 'q': g->quiet = 1; break;
 		case 'v': g->verbose = 1; break;
 		case 'h': fputs(usage, stdout); exit(0);
@@ -307,7 +317,7 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	t1 = now();
 	if (!g->passthrough) {
 		Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose,
-			   .progress = &pg };
+			   .progress = &pg, .dispatch = g->sparse ? DISPATCH_SPARSE : DISPATCH_DENSE };
 		if (pipeline_run(&md, spec, &o, &r, e) < 0) {
 			/* Pass errors name a layer or node, not the file. */
 			errwrap(e, "%s", in);

@@ -101,7 +101,9 @@ static void report_layer(Arena *a, const Layer *L, LayerReport *lr)
 	lr->ifs = L->nif;
 	lr->nodes_before = lr->nodes_after = L->nodes;
 	lr->convs_before = lr->convs_after = L->convs;
-	lr->dense = L->form == FORM_DENSE;
+	lr->dense = FORM_STATIC(L->form);
+	lr->dispatch = L->form == FORM_SPARSE ? "sparse" : L->form == FORM_DENSE ? "dense" : NULL;
+	lr->expert_flops = -1;
 	lr->inserted = arena_alloc(a, ((size_t)L->spec->experts + 1) * sizeof *lr->inserted);
 }
 
@@ -137,6 +139,10 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	if (moe_bind(&c, spec, L, nl, bound, bind_source, &ss, e))
 		goto out;
 	r->layer = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *r->layer);
+	/* Static dims of values, shared by the layers: each walks back only to
+	 * where the previous one stopped. */
+	Map dims;
+	map_init(&dims, md->a, 256);
 	/* Every layer is repaired on the index of the model as exported: the
 	 * repairs keep the names other layers read, and no layer's detection
 	 * depends on another's repair, so one reindex after all of them
@@ -145,7 +151,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		Layer *l = bound[i];
 		LayerReport *lr = &r->layer[r->nlayer++];
 		report_layer(md->a, l, lr);
-		if (l->form == FORM_DENSE)
+		if (FORM_STATIC(l->form))
 			continue;
 		r->damaged = 1;
 		if (o->check_only) {
@@ -163,8 +169,15 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		WSrc *w = NULL;
 		if ((int)l->nex < l->spec->experts && !(w = source(open, &nopen, l->spec, md->a, e)) && l->spec->weights)
 			goto out;
-		if (moe_densify(&c, l, w, lr, e))
+		moe_note_dims(&c, l, &dims);
+		lr->expert_flops = moe_expert_flops(&c, l, &dims);
+		int sparse = 0;
+		if (o->dispatch == DISPATCH_SPARSE && (sparse = moe_sparse(&c, l, w, &dims, lr, e)) < 0)
 			goto out;
+		if (!sparse && moe_densify(&c, l, w, lr, e))
+			goto out;
+		if (!sparse)
+			lr->dispatch = "dense";
 		/* Checkpoint and external data pages read for this layer leave
 		 * the process: resident memory stays about the output's size. */
 		wsrc_drop(w);

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 static void ids(FILE *f, const int *v, int n)
 {
@@ -17,13 +18,46 @@ static int has(const int *v, int n, int x)
 	return 0;
 }
 
+/* "1.25 MFLOP": FLOP counts span kilo to tera. */
+static void flops(FILE *f, double x)
+{
+	static const char *unit[] = { "", "k", "M", "G", "T" };
+	int u = 0;
+	while (x >= 1000 && u < 4) {
+		x /= 1000;
+		u++;
+	}
+	fprintf(f, "%.3g %sFLOP", x, unit[u]);
+}
+
+/* The form emitted, and what the experts cost one input against the dense
+ * form, which runs all of them. */
+static void dispatch(FILE *f, const LayerReport *l)
+{
+	int sparse = !strcmp(l->dispatch, "sparse");
+	fprintf(f, "; %s dispatch", l->dispatch);
+	if (l->fallback)
+		fprintf(f, " (sparse not possible: %s)", l->fallback);
+	if (l->expert_flops < 0 || !l->experts) {
+		fprintf(f, ", expert FLOPs per input %d/%d of dense", sparse ? l->top_k : l->experts, l->experts);
+		return;
+	}
+	fputs(", expert FLOPs per input ", f);
+	flops(f, l->expert_flops * (sparse ? l->top_k : l->experts));
+	if (sparse) {
+		fputs(" vs ", f);
+		flops(f, l->expert_flops * l->experts);
+		fprintf(f, " dense (%.3gx)", (double)l->top_k / l->experts);
+	}
+}
+
 void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int verbose)
 {
 	for (size_t i = 0; i < r->nlayer; i++) {
 		const LayerReport *l = &r->layer[i];
 		fprintf(f, "%s: %s:", name, l->scope ? l->scope : "?");
 		if (l->dense) {
-			fputs(" dense dispatch, nothing to repair\n", f);
+			fprintf(f, " %s dispatch, nothing to repair\n", l->dispatch ? l->dispatch : "dense");
 			continue;
 		}
 		if (l->experts)
@@ -42,6 +76,8 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 			else
 				fputs("none", f);
 			fprintf(f, "; If removed %d; experts' Conv %d -> %d", l->repaired ? l->ifs : 0, l->convs_before, l->convs_after);
+			if (l->dispatch)
+				dispatch(f, l);
 		} else {
 			if (l->experts > l->npresent) {
 				/* What --check promises to say: which experts are gone. */
@@ -100,7 +136,19 @@ void report_json(FILE *f, const Report *r)
 		fprintf(f, ", \"ifs\": %d, \"nodes_before\": %d, \"nodes_after\": %d, \"convs_before\": %d, \"convs_after\": %d, \"map_maxdiff\": ",
 		        l->ifs, l->nodes_before, l->nodes_after, l->convs_before, l->convs_after);
 		num(f, l->map_maxdiff);
-		fprintf(f, ", \"dense\": %s, \"repaired\": %s}", l->dense ? "true" : "false", l->repaired ? "true" : "false");
+		fprintf(f, ", \"dense\": %s, \"repaired\": %s", l->dense ? "true" : "false", l->repaired ? "true" : "false");
+		fputs(", \"dispatch\": ", f);
+		json_str(f, l->dispatch);
+		fputs(", \"sparse_fallback\": ", f);
+		json_str(f, l->fallback);
+		fputs(", \"expert_flops\": ", f);
+		num(f, l->expert_flops >= 0 ? l->expert_flops : NAN);
+		fputs(", \"dispatch_flops\": ", f);
+		num(f, l->dispatch && l->expert_flops >= 0
+			       ? l->expert_flops * (strcmp(l->dispatch, "sparse") ? l->experts : l->top_k) : NAN);
+		fputs(", \"dense_flops\": ", f);
+		num(f, l->dispatch && l->expert_flops >= 0 ? l->expert_flops * l->experts : NAN);
+		fputc('}', f);
 	}
 	fputs(r->nlayer ? "\n  ]" : "]", f);
 	fprintf(f, ", \"convs_before\": %d, \"convs_after\": %d", r->convs_before, r->convs_after);
