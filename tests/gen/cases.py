@@ -66,8 +66,14 @@ def scripted_if():
 		dict(c=3, hw=16, scripted=script_all)
 
 
+def batch2():
+	"""A static batch of 2: the sparse dispatch folds it into grouped Convs."""
+	return G.Net([G.stem(3, 8), G.MoE(8, 8, 2, "gn"), G.stem(8, 8), G.MoE(8, 4, 2, "dw")]), \
+		dict(c=3, hw=16, batch=2)
+
+
 CASES = {f.__name__: f for f in (example, single_gn, detector_k2, detector_k1,
-	dynbatch, sharedstem, convkinds, scripted_if)}
+	dynbatch, sharedstem, convkinds, scripted_if, batch2)}
 
 
 def main(argv):

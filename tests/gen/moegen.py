@@ -455,7 +455,8 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 	if any(uncovered.values()):
 		raise SystemExit(f"{name}: references miss experts {uncovered}")
 
-	dummy = torch.zeros(1, c, hw, hw)
+	# A static batch is exported at its size; a dynamic one from one sample.
+	dummy = torch.zeros(1 if dynamic else batch, c, hw, hw)
 	kept = {s: sorted({int(e) for e in idx.flatten()})
 		for s, (_, idx) in route(net, dummy).items()}
 
