@@ -11,25 +11,21 @@
 
 #include "moe.h"
 
-/* How strongly names tie spec layer s to detected layer L: expert nodes at
- * the expert path of their own id count 2 each, a router under the scope 1. */
+/* How strongly names tie spec layer s to detected layer L: experts whose
+ * nodes sit at s's path for their own id count 2 each, a router under the
+ * scope 1. From the module and pattern detection read off the names, so
+ * binding costs a string compare per (spec layer, layer) pair. */
 static int name_score(Ctx *c, const SpecLayer *s, const Layer *L)
 {
 	int score = 0;
-	for (size_t k = 0; k < L->nex; k++) {
-		const Expert *x = &L->ex[k];
-		for (size_t j = 0; j < x->nnode; j++) {
-			const char *m = x->node[j]->name ? spec_node_module(c->a, x->node[j]->name) : NULL;
-			if (m && spec_place(s, m) == x->id) {
+	if (L->module && L->pattern && strcmp(L->module, s->scope) == 0)
+		for (size_t k = 0; k < L->nex; k++)
+			if (strcmp(L->named[k], expert_path(c, s, L->ex[k].id)) == 0)
 				score += 2;
-				break;
-			}
-		}
-	}
-	if (L->topk && L->topk->name) {
-		const char *m = spec_node_module(c->a, L->topk->name);
+	if (L->topmodule) {
+		const char *m = L->topmodule;
 		size_t n = strlen(s->scope);
-		if (m && (!n || (strncmp(m, s->scope, n) == 0 && (m[n] == '.' || !m[n]))))
+		if (!n || (strncmp(m, s->scope, n) == 0 && (m[n] == '.' || !m[n])))
 			score += 1;
 	}
 	return score;

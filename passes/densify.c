@@ -129,7 +129,7 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 		tplconvs += g_is(L->ex[0].node[j], "Conv");
 	if ((int)L->nex < E) {
 		if (!w)
-			return errf(e, "layer %s: %d of %d experts are missing and no weights are given; set `weights:` in experts.yaml",
+			return errf(e, "layer %s: %d of %d experts are missing and no weights are given; set `weights:` in experts.yaml or give --weights",
 				    L->scope, E - (int)L->nex, E);
 		Mapping m;
 		if (moe_map(c, L, &L->ex[0], w, &m, e))

@@ -49,10 +49,25 @@ static Node *def_of(const Graph *g, const char *name)
 	return v ? v->def : NULL;
 }
 
-/* A one-element integer constant (scalar or [1]). */
+/* A one-element integer constant (scalar or [1]), possibly behind ops
+ * that keep its one element (unfolded exports reshape and cast them). */
 static int const_int1(const Graph *g, const char *name, int64_t *v)
 {
-	return *name && g_const_ints(g, name, v, 1) == 1;
+	for (int d = 0; *name && d < 8; d++) {
+		if (g_const_ints(g, name, v, 1) == 1)
+			return 1;
+		Val *x = g_val(g, name);
+		Node *n = x ? x->def : NULL;
+		if (!n || !n->n_input || !(g_is(n, "Reshape") || g_is(n, "Cast") || g_is(n, "Squeeze") ||
+					   g_is(n, "Unsqueeze") || g_is(n, "Identity") || g_is(n, "Flatten")))
+			return 0;
+		if (g_is(n, "Cast") && g_attr_i(n, "to", 0) != ONNX__TENSOR_PROTO__DATA_TYPE__INT64 &&
+		    g_attr_i(n, "to", 0) != ONNX__TENSOR_PROTO__DATA_TYPE__INT32)
+			return 0;
+		g = x->g;
+		name = n->input[0];
+	}
+	return 0;
 }
 
 /* Constants and values computed from constants alone (unfolded exports
@@ -982,7 +997,8 @@ static Comps expert_module(Ctx *c, const Expert *x)
 static void name_layer(Ctx *c, Layer *L)
 {
 	Arena *a = c->ia;
-	Comps tm = comps(a, L->topk->name ? spec_node_module(a, L->topk->name) : NULL);
+	L->topmodule = L->topk->name ? spec_node_module(c->a, L->topk->name) : NULL;
+	Comps tm = comps(a, L->topmodule);
 	if (!L->nex) {
 		if (tm.n)
 			L->module = arena_strdup(c->a, join(a, tm, 0, tm.n - 1, (size_t)-1));
@@ -1015,6 +1031,9 @@ static void name_layer(Ctx *c, Layer *L)
 			lm = p - 1;
 		L->module = arena_strdup(c->a, join(a, em[0], 0, lm, (size_t)-1));
 		L->pattern = arena_strdup(c->a, join(a, em[0], lm, p + 1, p));
+		L->named = arena_alloc(c->a, L->nex * sizeof *L->named);
+		for (size_t k = 0; k < L->nex; k++)
+			L->named[k] = arena_strdup(c->a, join(a, em[k], 0, p + 1, (size_t)-1));
 		return;
 	}
 }

@@ -42,6 +42,8 @@ typedef struct {
 	const char *scope;     /* spec scope, else the module path names suggest, else the TopK's name */
 	const char *module;    /* module path from node names ("" for a bare module), NULL without names */
 	const char *pattern;   /* expert module path under `module` with {i}, from names; NULL unknown */
+	const char **named;    /* per present expert: its module path as names show it (with pattern) */
+	const char *topmodule; /* the router TopK's module path, NULL without names */
 	Node *topk;
 	int64_t topk_k;       /* the TopK's K when constant, else -1 */
 	int64_t width;        /* router width (the TopK axis' size) when known, else -1 */
@@ -73,6 +75,12 @@ int moe_find(Ctx *c, const Spec *s, Layer **out, size_t *n, Err *e);
  * i. Every damaged detected layer must be bound. */
 typedef WSrc *(*BindSrc)(void *ud, const SpecLayer *s, Err *e); /* the layer's open weight source */
 int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc src, void *ud, Err *e);
+
+/* Zero-config: the Spec the detected layers and the checkpoint w (NULL:
+ * names only) imply, one SpecLayer per damaged layer, weights named by
+ * `weights`. Errors name the experts.yaml key that would settle what
+ * could not be told. */
+int moe_layout(Ctx *c, Layer *L, size_t nl, WSrc *w, const char *weights, Spec *out, Err *e);
 
 /* Diagnosis without a spec: one LayerReport per detected layer. */
 int moe_scan(Ctx *c, const Layer *L, size_t nl, Report *r, Err *e);

@@ -22,9 +22,10 @@
 #endif
 
 static const char usage[] =
-	"usage: onnx-moe-repair IN.onnx [IN2.onnx ...] [--experts experts.yaml]\n"
+	"usage: onnx-moe-repair IN.onnx [IN2.onnx ...] [--experts experts.yaml] [--weights CKPT]\n"
 	"                       [-o OUT.onnx | -o DIR | -o -] [--check] [--report FILE.json]\n"
-	"                       [--external-data FILE] [--dispatch dense|sparse] [--no-check]\n"
+	"                       [--emit-experts FILE] [--external-data FILE]\n"
+	"                       [--dispatch dense|sparse] [--no-check]\n"
 	"                       [--no-sync] [--in-place]\n"
 	"                       [-q] [-v] [--help] [--version]\n"
 	"\n"
@@ -32,8 +33,12 @@ static const char usage[] =
 	"re-inserts the experts the dummy input did not route to and replaces the\n"
 	"dispatch (or scripted If nodes) by a static dense form.\n"
 	"\n"
-	"  --experts FILE    the expert sets (experts.yaml, see onnx-moe-repair(1));\n"
-	"                    without it only a diagnosis runs and nothing is written\n"
+	"  --experts FILE    the expert sets (experts.yaml, see onnx-moe-repair(1))\n"
+	"  --weights FILE    the checkpoint: without --experts, every MoE layer is\n"
+	"                    inferred from the graph and the checkpoint; with it,\n"
+	"                    replaces experts.yaml's weights. Without either, only a\n"
+	"                    diagnosis runs and nothing is written\n"
+	"  --emit-experts FILE  write the expert sets found or inferred as experts.yaml\n"
 	"  -o OUT.onnx       output file (default: IN.repaired.onnx beside the input)\n"
 	"  -o DIR            output folder, one file per input under its own name\n"
 	"  -o -              write the model to standard output\n"
@@ -61,7 +66,7 @@ static const char usage[] =
 	"1 (--check, diagnosis only) something needs repair, 2 error.\n";
 
 typedef struct {
-	const char *experts, *out, *report, *extdata;
+	const char *experts, *weights, *emit, *out, *report, *extdata;
 	int check, no_check, in_place, quiet, verbose, passthrough, no_sync, sparse;
 	char **in;
 	int nin;
@@ -112,9 +117,12 @@ static char *out_path(Arena *a, const Args *g, const char *in)
 
 static int parse(Args *g, int argc, char **argv, Err *e)
 {
-	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA, O_NOSYNC, O_DISPATCH };
+	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA, O_NOSYNC, O_WEIGHTS, O_EMIT,
+	       O_DISPATCH };
 	static const struct option opts[] = {
 		{ "experts", required_argument, NULL, O_EXPERTS },
+		{ "weights", required_argument, NULL, O_WEIGHTS },
+		{ "emit-experts", required_argument, NULL, O_EMIT },
 		{ "output", required_argument, NULL, 'o' },
 		{ "check", no_argument, NULL, O_CHECK },
 		{ "report", required_argument, NULL, O_REPORT },
@@ -134,6 +142,8 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 	for (int c; (c = getopt_long(argc, argv, ":o:qvhV", opts, NULL)) != -1;) {
 		switch (c) {
 		case O_EXPERTS: g->experts = optarg; break;
+		case O_WEIGHTS: g->weights = optarg; break;
+		case O_EMIT: g->emit = optarg; break;
 		case 'o': g->out = optarg; break;
 		case O_CHECK: g->check = 1; break;
 		case O_REPORT: g->report = optarg; break;
@@ -163,13 +173,13 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 	g->nin = argc - optind;
 	if (!g->nin)
 		return errf(e, "no input model; usage: onnx-moe-repair IN.onnx [--experts experts.yaml] [-o OUT.onnx]");
-	int writes = g->experts || g->passthrough;
+	int writes = g->experts || g->weights || g->passthrough;
 	if (g->check && (g->out || g->in_place))
 		return errf(e, "--check writes nothing; drop %s", g->out ? "-o" : "--in-place");
 	if (g->check && g->passthrough)
 		return errf(e, "--check and --passthrough exclude each other");
 	if (!writes && !g->check && (g->out || g->in_place))
-		return errf(e, "%s needs --experts: without it only a diagnosis runs, which writes nothing", g->out ? "-o" : "--in-place");
+		return errf(e, "%s needs --experts or --weights: without them only a diagnosis runs, which writes nothing", g->out ? "-o" : "--in-place");
 	if (g->in_place && g->out)
 		return errf(e, "--in-place and -o exclude each other");
 	if (g->extdata && !writes)
@@ -189,8 +199,10 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 	}
 	if (g->extdata && g->nin > 1)
 		return errf(e, "--external-data names one file, for one input; repair several models one at a time, or let large outputs get OUT.data automatically");
-	if (g->passthrough && g->experts)
-		return errf(e, "--passthrough runs no pass; drop --experts");
+	if (g->passthrough && (g->experts || g->weights || g->emit))
+		return errf(e, "--passthrough runs no pass; drop %s", g->experts ? "--experts" : g->weights ? "--weights" : "--emit-experts");
+	if (g->emit && g->nin > 1)
+		return errf(e, "--emit-experts names one file, for one input; run once per model");
 	if (g->quiet)
 		g->verbose = 0;
 	for (int i = 0; i < g->nin; i++)
@@ -289,11 +301,37 @@ static int check_report(const Args *g, const Spec *spec, Err *e)
 	return 0;
 }
 
+/* --emit-experts: the spec the run used, paths relative to where it goes. */
+static int write_spec(const char *path, const Spec *s, Arena *a, Err *e)
+{
+	if (!s)
+		return errf(e, "%s: no MoE layer needs an experts.yaml; nothing to write", path);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return errf(e, "%s: out of memory", path);
+	const char *slash = strrchr(path, '/');
+	const char *dir = slash ? arena_printf(a, "%.*s", (int)(slash - path + (slash == path)), path) : ".";
+	int rc = spec_write(f, s, dir, NULL, a, e);
+	fclose(f);
+	AFile af;
+	if (!rc && afile_open(&af, path, 0, e) == 0) {
+		afile_write(&af, buf, len);
+		rc = afile_commit(&af, e);
+	} else if (!rc) {
+		rc = -1;
+	}
+	free(buf);
+	return rc;
+}
+
 /* One input, start to end. Returns its exit status (0, 1 damaged, 2). The
  * JSON entry goes to js while the Report's arena is alive. */
 static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e)
 {
-	RunMode mode = g->check || (!spec && !g->passthrough) ? (spec ? RUN_CHECK : RUN_DIAGNOSE) : RUN_REPAIR;
+	int given = spec || g->weights;
+	RunMode mode = g->check || (!given && !g->passthrough) ? (given ? RUN_CHECK : RUN_DIAGNOSE) : RUN_REPAIR;
 	Arena *a = arena_new();
 	Model md;
 	Report r = { 0 };
@@ -317,7 +355,8 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	t1 = now();
 	if (!g->passthrough) {
 		Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose,
-			   .progress = &pg, .dispatch = g->sparse ? DISPATCH_SPARSE : DISPATCH_DENSE };
+			   .weights = g->weights, .layout = !spec && (g->weights || g->emit), .progress = &pg,
+			   .dispatch = g->sparse ? DISPATCH_SPARSE : DISPATCH_DENSE };
 		if (pipeline_run(&md, spec, &o, &r, e) < 0) {
 			/* Pass errors name a layer or node, not the file. */
 			errwrap(e, "%s", in);
@@ -326,6 +365,10 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 		}
 	}
 	t2 = now();
+	if (g->emit && !g->passthrough && write_spec(g->emit, r.spec, a, e) < 0) {
+		rc = 2;
+		goto done;
+	}
 	if (mode == RUN_REPAIR) {
 		if (model_save_as(&md, out, g->extdata, (g->in_place ? SAVE_IN_PLACE : 0) | (g->no_sync ? SAVE_NO_SYNC : 0), e) < 0) {
 			rc = 2;

@@ -40,7 +40,7 @@ static WSrc *bind_source(void *ud, const SpecLayer *s, Err *e)
 	Sources *ss = ud;
 	WSrc *w = source(ss->o, ss->no, s, ss->a, e);
 	if (!w && !s->weights)
-		errf(e, "layer %s: node names do not tell which router it is, and it has no weights to tell by value; set `weights:` or router.indices",
+		errf(e, "layer %s: node names do not tell which router it is, and it has no weights to tell by value; set `weights:` (or --weights) or router.indices",
 		     s->scope);
 	return w;
 }
@@ -128,13 +128,33 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		progress_step(o->progress, "finding MoE layers", 1, 1, NULL);
 	if (moe_find(&c, spec, &L, &nl, e))
 		goto out;
-	if (!spec) {
+	open = arena_alloc(md->a, ((spec ? spec->nlayer : nl) + 2) * sizeof *open);
+	if (!spec && !o->layout) {
 		ret = moe_scan(&c, L, nl, r, e);
 		goto out;
 	}
+	if (!spec) {
+		/* Zero-config: the spec the graph and the checkpoint imply. */
+		Spec *inferred = arena_alloc(md->a, sizeof *inferred);
+		SpecLayer any = { .weights = o->weights };
+		WSrc *w = o->weights ? source(open, &nopen, &any, md->a, e) : NULL;
+		if (o->weights && !w)
+			goto out;
+		if (moe_layout(&c, L, nl, w, o->weights, inferred, e))
+			goto out;
+		spec = inferred;
+	} else if (o->weights) {
+		/* --weights replaces experts.yaml's weights, layer by layer. */
+		Spec *s2 = arena_dup(md->a, spec, sizeof *spec);
+		s2->weights = o->weights;
+		s2->layer = arena_dup(md->a, spec->layer, (spec->nlayer + 1) * sizeof *spec->layer);
+		for (size_t i = 0; i < s2->nlayer; i++)
+			s2->layer[i].weights = o->weights;
+		spec = s2;
+	}
+	r->spec = spec;
 
 	Layer **bound = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *bound);
-	open = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *open);
 	Sources ss = { open, &nopen, md->a };
 	if (moe_bind(&c, spec, L, nl, bound, bind_source, &ss, e))
 		goto out;

@@ -17,11 +17,15 @@ typedef struct {
 	Dispatch dispatch; /* --dispatch: the form repaired layers get */
 	int no_check;   /* --no-check: skip the structural checker */
 	int verbose;
-	Progress *progress; /* or NULL */
+	const char *weights; /* --weights: the checkpoint for every layer (replaces experts.yaml's) */
+	int layout;          /* no spec: infer one (with `weights`, or from names alone) */
+	Progress *progress;  /* or NULL */
 } Opts;
 
-/* spec NULL: diagnosis only (find MoE-like routers, report damage).
- * Returns 0 or -1 with e set; r is filled either way as far as it got. */
+/* spec NULL and no o->layout: diagnosis only (find MoE routers, report
+ * damage). With o->layout the spec is inferred from the graph and the
+ * checkpoint (zero-config use) and r->spec returns it. Returns 0 or -1
+ * with e set; r is filled either way as far as it got. */
 int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e);
 
 #endif

@@ -30,6 +30,8 @@ typedef struct {
 	int damaged;          /* --check / diagnosis: something needs repair */
 	int changed;          /* the model was rewritten */
 	int convs_before, convs_after; /* Conv nodes of the whole model */
+	const struct Spec *spec;       /* the expert sets used (inferred in zero-config use), or NULL */
+	const char **why;              /* per spec layer: where its values came from, or NULL */
 } Report;
 
 /* How the run was asked: the same Report reads differently in each. */

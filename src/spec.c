@@ -203,11 +203,11 @@ static int layer(P *p, const yaml_node_t *n, const Spec *s, SpecLayer *l)
 			return at(p, v[L_EXPERT], "'expert' pattern '%s' lacks '{i}' (the expert's index), e.g. experts.{i}",
 				l->expert);
 	}
+	/* No weights at all is fine until experts are missing (or --weights
+	 * gives them): the repair says so then. */
 	l->weights = s->weights;
 	if (v[L_WEIGHTS] && weights(p, v[L_WEIGHTS], &l->weights))
 		return -1;
-	if (!l->weights)
-		return at(p, n, "layer '%s' has no 'weights' and there is no top-level 'weights'", l->scope);
 	l->prefix = "";
 	if (v[L_PREFIX] && v[L_PREFIX]->type == YAML_SCALAR_NODE && is_null(v[L_PREFIX]))
 		; /* "prefix:" left empty means no prefix */
@@ -482,4 +482,90 @@ int spec_place(const SpecLayer *l, const char *module)
 			return SPEC_LAYER;
 	}
 	return *m == 0 || *m == '.' ? idx : SPEC_LAYER;
+}
+
+/* path relative to the folder dir (both made absolute): "../w/best.pt". */
+static const char *relative(Arena *a, const char *path, const char *dir)
+{
+	char *rp = realpath(path, NULL), *rd = realpath(*dir ? dir : ".", NULL);
+	const char *out = path;
+	if (rp && rd) {
+		size_t i = 0, cut = 0;
+		while (rp[i] && rp[i] == rd[i]) {
+			if (rp[i] == '/')
+				cut = i + 1;
+			i++;
+		}
+		if (!rd[i] && rp[i] == '/')
+			cut = i + 1;
+		out = "";
+		for (const char *q = rd + cut; *q;) {
+			out = arena_printf(a, "%s../", out);
+			q += strcspn(q, "/");
+			q += *q == '/';
+		}
+		out = arena_printf(a, "%s%s", out, rp + cut);
+	}
+	free(rp);
+	free(rd);
+	return out;
+}
+
+/* A YAML double-quoted scalar. */
+static void quoted(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(f, "\\x%02x", (unsigned char)*s);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+int spec_write(FILE *f, const Spec *s, const char *dir, const char *const *why, Arena *a, Err *e)
+{
+	fputs("# experts.yaml (schema version 1; see schema/experts.yaml)\n", f);
+	if (s->weights) {
+		fputs("weights: ", f);
+		quoted(f, relative(a, s->weights, dir));
+		fputs("\n", f);
+	} else {
+		fputs("# weights: the checkpoint the missing experts are rebuilt from (or --weights)\n", f);
+	}
+	if (s->checkpoint_key) {
+		fputs("checkpoint_key: ", f);
+		quoted(f, s->checkpoint_key);
+		fputs("\n", f);
+	}
+	fputs("moe:\n", f);
+	for (size_t i = 0; i < s->nlayer; i++) {
+		const SpecLayer *l = &s->layer[i];
+		if (why && why[i])
+			fprintf(f, "  # %s\n", why[i]);
+		fputs("  - scope: ", f);
+		quoted(f, l->scope);
+		fprintf(f, "\n    experts: %d\n    top_k: %d\n", l->experts, l->top_k);
+		if (l->expert && strcmp(l->expert, "experts.{i}") != 0) {
+			fputs("    expert: ", f);
+			quoted(f, l->expert);
+			fputs("\n", f);
+		}
+		if (l->prefix && *l->prefix) {
+			fputs("    prefix: ", f);
+			quoted(f, l->prefix);
+			fputs("\n", f);
+		}
+		if (l->weights && (!s->weights || strcmp(l->weights, s->weights) != 0)) {
+			fputs("    weights: ", f);
+			quoted(f, relative(a, l->weights, dir));
+			fputs("\n", f);
+		}
+	}
+	if (ferror(f))
+		return errf(e, "writing the experts.yaml failed");
+	return 0;
 }

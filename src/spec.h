@@ -3,6 +3,7 @@
 #ifndef SPEC_H
 #define SPEC_H
 #include <stddef.h>
+#include <stdio.h>
 #include "arena.h"
 #include "err.h"
 
@@ -18,7 +19,7 @@ typedef struct {
 	const char *router_indices, *router_weights, *input, *output; /* overrides, or NULL */
 } SpecLayer;
 
-typedef struct {
+typedef struct Spec {
 	const char *path;    /* the YAML file itself */
 	const char *weights; /* resolved, or NULL when every layer has its own */
 	const char *checkpoint_key;
@@ -28,6 +29,10 @@ typedef struct {
 
 /* Errors read "experts.yaml:LINE:COL: message". */
 int spec_load(Spec *s, const char *path, Arena *a, Err *e);
+/* Writes s as an experts.yaml that spec_load reads back to the same Spec:
+ * weights paths relative to dir (the folder the file goes to), every
+ * non-default key, and `why` as comments (one line per layer, NULL: none). */
+int spec_write(FILE *f, const Spec *s, const char *dir, const char *const *why, Arena *a, Err *e);
 /* Expands the layer's expert pattern for expert i: "experts.3". */
 const char *spec_expert_path(Arena *a, const SpecLayer *l, int i);
 

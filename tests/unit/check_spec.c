@@ -126,8 +126,17 @@ START_TEST(spec_errors)
 	snprintf(want, sizeof want, "3:53: weights 'absent.npz' not found (%s: No such file or directory); paths are relative to the YAML file's folder",
 		tu_path("absent.npz"));
 	refuse(HEAD "  - {scope: model.1, experts: 4, top_k: 2, weights: absent.npz}\n", want);
-	refuse("moe:\n  - {scope: model.1, experts: 4, top_k: 2}\n",
-		"2:5: layer 'model.1' has no 'weights' and there is no top-level 'weights'");
+	/* Weights are needed only where experts are missing (or come from
+	 * --weights): their absence is the repair's to report. */
+	{
+		Arena *a = arena_new();
+		Spec s;
+		Err e = { "" };
+		ck_assert_int_eq(load_yaml("moe:\n  - {scope: model.1, experts: 4, top_k: 2}\n", &s, a, &e), 0);
+		ck_assert_ptr_null(s.weights);
+		ck_assert_ptr_null(s.layer[0].weights);
+		arena_free(a);
+	}
 	refuse("weights: model.safetensors\nmoe:\n\t- scope: model.1\n",
 		"3:1: tab character; YAML indentation must use spaces");
 	refuse(HEAD "  - {scope: model.1, experts: 4\n",

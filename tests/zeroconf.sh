@@ -1,0 +1,38 @@
+#!/bin/sh
+# Zero-config use: every corpus case repaired with --weights alone (the
+# checkpoint its experts.yaml names) gives the same bytes as the repair
+# with its experts.yaml; the experts.yaml it writes (--emit-experts) reads
+# back and repairs to the same bytes again; with --experts, --weights
+# replaces the YAML's weights.
+. "$top_srcdir/tests/lib.sh"
+n=0
+for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/*/ "$top_srcdir"/../shared/yolo-master/*/; do
+	[ -f "$dir/broken.onnx" ] && [ -f "$dir/experts.yaml" ] || continue
+	dir=${dir%/}
+	name=$(basename "$(dirname "$dir")")_$(basename "$dir")
+	w=$(sed -n 's/^weights: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$dir/experts.yaml")
+	[ -n "$w" ] || { fail "$name: no top-level weights in experts.yaml"; continue; }
+	n=$((n + 1))
+	expect 0 "$name: repair with experts.yaml" -- "$BIN" -q "$dir/broken.onnx" --experts "$dir/experts.yaml" -o "$T/yaml.onnx" || continue
+	mkdir -p "$T/$name"
+	expect 0 "$name: repair with --weights alone" -- "$BIN" -q "$dir/broken.onnx" --weights "$dir/$w" \
+		-o "$T/zero.onnx" --emit-experts "$T/$name/experts.yaml" || continue
+	cmp -s "$T/yaml.onnx" "$T/zero.onnx" && ok "$name: same bytes as with experts.yaml" ||
+		fail "$name: --weights alone repairs differently from experts.yaml"
+	expect 0 "$name: repair with the emitted experts.yaml" -- "$BIN" -q "$dir/broken.onnx" \
+		--experts "$T/$name/experts.yaml" -o "$T/emitted.onnx" &&
+		{ cmp -s "$T/yaml.onnx" "$T/emitted.onnx" && ok "$name: emitted experts.yaml repairs to the same bytes" ||
+			fail "$name: the emitted experts.yaml repairs differently"; }
+done
+[ "$n" -gt 0 ] || fail "no corpus case found"
+
+# --weights replaces the YAML's weights: a YAML without any repairs with it.
+d=$top_srcdir/testdata/example
+printf 'moe:\n  - {scope: model.0, experts: 4, top_k: 2}\n' >"$T/now.yaml"
+expect 2 "no weights anywhere: refused" -- "$BIN" -q "$d/broken.onnx" --experts "$T/now.yaml" -o "$T/x.onnx" &&
+	one_line_err "no weights" && grep -q 'give --weights' "$T/err" || fail "no weights: message does not name --weights: $(cat "$T/err")"
+expect 0 "--weights completes a YAML without weights" -- "$BIN" -q "$d/broken.onnx" --experts "$T/now.yaml" \
+	--weights "$d/model.safetensors" -o "$T/x.onnx" &&
+	{ "$BIN" -q "$d/broken.onnx" --experts "$d/experts.yaml" -o "$T/y.onnx" && cmp -s "$T/x.onnx" "$T/y.onnx" &&
+		ok "same bytes as the YAML with weights" || fail "--weights with a YAML repairs differently"; }
+finish
