@@ -161,6 +161,15 @@ static const Tensor *tpl_tensor(const S *s, size_t i, size_t j, size_t *ni, size
 	return t ? g_const(s->tg, t) : NULL;
 }
 
+/* A name for the template's constant at node i, input j: a Constant
+ * node's tensor has none of its own. */
+static const char *const_name(const S *s, size_t i, size_t j)
+{
+	size_t ni, si;
+	const Tensor *tt = tpl_tensor(s, i, j, &ni, &si);
+	return tt->name && *tt->name ? tt->name : s->tpl->node[i]->input[j];
+}
+
 /* Checks (dry) that every present expert has a tensor like the template's
  * at node i, input j. */
 static int check_const(S *s, size_t i, size_t j, const Tensor *tt)
@@ -241,7 +250,7 @@ static int shared_const(S *s, size_t i, size_t j)
 static const char *stack_name(S *s, size_t i, size_t j)
 {
 	size_t ni, si;
-	const Tensor *tt = tpl_tensor(s, i, j, &ni, &si);
+	tpl_tensor(s, i, j, &ni, &si);
 	const Recipe *r = ni != SIZE_MAX ? recipe_at(s, ni, si) : NULL;
 	const SpecLayer *sp = s->L->spec;
 	const char *pat = sp->expert ? sp->expert : "experts.{i}", *p = strstr(pat, "{i}");
@@ -252,7 +261,7 @@ static const char *stack_name(S *s, size_t i, size_t j)
 		return arena_printf(s->c->a, "%s%s%s%.*sstacked%s.%s", sp->prefix ? sp->prefix : "", sp->scope,
 				    *sp->scope ? "." : "", (int)(p - pat), pat, p + 3, key);
 	}
-	return arena_printf(s->c->a, "%s:stacked", tt->name);
+	return arena_printf(s->c->a, "%s:stacked", const_name(s, i, j));
 }
 
 /* One initializer [E, dims...] holding every expert's version of the
@@ -293,8 +302,9 @@ static const char *copy_const(S *s, size_t i, size_t j)
 	const void *p = g_tensor_bytes(s->c, tt, &nb, s->e);
 	if (!p)
 		return NULL;
-	return g_add_init(s->c, s->c->g, arena_printf(s->c->a, "%s%s", s->em.pfx, tt->name), tt->data_type, tt->dims,
-			  tt->n_dims, arena_dup(s->c->a, p, nb), nb)
+	int64_t scalar = 1;
+	return g_add_init(s->c, s->c->g, arena_printf(s->c->a, "%s%s", s->em.pfx, const_name(s, i, j)), tt->data_type,
+			  tt->n_dims ? tt->dims : &scalar, tt->n_dims, arena_dup(s->c->a, p, nb), nb)
 		->name;
 }
 
@@ -707,7 +717,7 @@ static int groupnorm(S *s, size_t iend, Node *in)
 			for (int q = 0; q < s->k; q++)
 				memcpy(buf + (size_t)q * nb, p, nb);
 			int64_t d = G * s->k;
-			ss[j - 1] = g_add_init(s->c, s->c->g, arena_printf(s->c->a, "%s%s:tiled", s->em.pfx, t->name),
+			ss[j - 1] = g_add_init(s->c, s->c->g, arena_printf(s->c->a, "%s%s:tiled", s->em.pfx, const_name(s, i, j)),
 					       t->data_type, &d, 1, buf, nb * (size_t)s->k)->name;
 		}
 	}

@@ -8,8 +8,9 @@
 # NonZero, ScatterElements nor the dense form's GatherElements, is no
 # larger than the dense repair (the stacked weights replace the experts'
 # own), passes --check and diagnosis, and repairing it again changes
-# nothing. Then what falls back: a dynamic batch over 3x3 experts stays
-# dense, says why, and is still right; and external data in and out.
+# nothing. Then generated experts with ops the corpus lacks; what falls
+# back: a dynamic batch over 3x3 experts stays dense, says why, and is still
+# right; and external data in and out.
 . "$top_srcdir/tests/lib.sh"
 node=${NODE:-node}
 cmp="$top_srcdir/tests/ort/compare.js"
@@ -102,6 +103,25 @@ dispatches "$T/dyn.json" >"$T/disp"
 	fail "dynamic batch: report dispatches: $(cat "$T/disp")"
 "$node" "$cmp" "$T/dyn.out.onnx" "$d" --right >"$T/ort" 2>&1 && ok "dynamic batch: the dense fallback is right" ||
 	fail "dynamic batch fallback: $(tail -n 1 "$T/ort")"
+
+# Expert ops the corpus lacks, checked against NumPy references
+# (bench/gen.py): unfolded BatchNormalization, Clip with constant bounds,
+# MaxPool, a per-channel scale from the checkpoint and a residual Add of the
+# expert's input, at static batches of 1 and 3; plain experts at batch 4.
+for args in "--expert mixed" "--expert mixed --batch 3" "--batch 4"; do
+	gen=$T/gen
+	rm -rf "$gen"
+	gw="generated ($args)"
+	"$py" "$top_srcdir/bench/gen.py" "$gen" --layers 2 --channels 16 --experts 8 --hw 8 --ref 2 $args >/dev/null ||
+		{ fail "$gw: bench/gen.py"; continue; }
+	expect 0 "$gw: sparse repair" -- "$BIN" -q "$gen/broken.onnx" --experts "$gen/experts.yaml" -o "$gen/out.onnx" \
+		--dispatch sparse --report "$gen/r.json" || continue
+	"$node" "$cmp" "$gen/out.onnx" "$gen" --max 1e-4 >"$T/ort" 2>&1 && ok "$gw: right" ||
+		fail "$gw: $(tail -n 1 "$T/ort")"
+	dispatches "$gen/r.json" >"$T/disp"
+	grep -qv '^sparse -$' "$T/disp" && fail "$gw: a layer is not sparse: $(head -n 1 "$T/disp")" ||
+		ok "$gw: both layers sparse"
+done
 
 # External data: weights read from the input's data file, the stacked
 # tensors written to --external-data, once.
