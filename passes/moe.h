@@ -108,6 +108,9 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 /* Builds expert `id`'s version of template tensor r->tname, in t's dtype. */
 int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w,
 	      void **data, size_t *nbytes, Err *e);
+/* The same into dst (numel x element size bytes): a stack of every
+ * expert's tensor is written in place. */
+int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, void *dst, Err *e);
 
 int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
 /* The sparse dispatch (sparse.c): 1 rewritten, 0 the layer has a form the

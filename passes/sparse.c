@@ -186,38 +186,40 @@ static int check_const(S *s, size_t i, size_t j, const Tensor *tt)
 	return 1;
 }
 
-/* Expert id's bytes of the constant the template reads at node i, input j:
- * a present expert's own, a missing one's rebuilt as densify would clone it
- * (by its recipe, else the template's). */
-static const void *const_bytes(S *s, size_t i, size_t j, int id, size_t *nb)
+/* Writes expert id's version of the constant the template reads at node
+ * i, input j into dst, widened to `per` elements (a single value repeated
+ * per channel): a present expert's own, a missing one's rebuilt as densify
+ * would clone it (by its recipe, straight into dst, else the template's). */
+static int const_into(S *s, size_t i, size_t j, int id, unsigned char *dst, int64_t per)
 {
-	size_t ni, si;
+	size_t ni, si, nb = 0;
 	const Tensor *tt = tpl_tensor(s, i, j, &ni, &si);
 	const Expert *q = present(s, id);
 	size_t es = wt_dtype_size(tt->data_type);
 	int64_t n = g_tensor_numel(tt);
+	const Recipe *r = !q && ni != SIZE_MAX ? recipe_at(s, ni, si) : NULL;
 	const void *p;
-	if (q) {
-		size_t a = i, b = j;
-		const Tensor *u = g_const(q->g, tensor_of(q->g, q, q->node[i]->input[j], &a, &b));
-		p = g_tensor_bytes(s->c, u, nb, s->e);
-	} else {
-		const Recipe *r = ni != SIZE_MAX ? recipe_at(s, ni, si) : NULL;
+	if (r && r->kind != R_SHARED && n == per)
+		return moe_build_into(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, dst, s->e);
+	if (r && r->kind != R_SHARED) {
 		void *d;
-		if (r && r->kind != R_SHARED) {
-			if (moe_build(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, &d, nb, s->e))
-				return NULL;
-			p = d;
-		} else {
-			p = g_tensor_bytes(s->c, tt, nb, s->e);
-		}
+		if (moe_build(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, &d, &nb, s->e))
+			return -1;
+		p = d;
+	} else if (q) {
+		size_t a = i, b = j;
+		p = g_tensor_bytes(s->c, g_const(q->g, tensor_of(q->g, q, q->node[i]->input[j], &a, &b)), &nb, s->e);
+	} else {
+		p = g_tensor_bytes(s->c, tt, &nb, s->e);
 	}
-	if (p && (!es || *nb != (size_t)n * es)) {
-		errf(s->e, "layer %s: expert %d's version of tensor '%s' has %zu bytes, not %lld elements of %zu; the tensor's data cannot be read",
-		     s->L->scope, id, tt->name, *nb, (long long)n, es);
-		return NULL;
-	}
-	return p;
+	if (!p)
+		return -1;
+	if (!es || nb != (size_t)n * es || (n != per && n != 1))
+		return errf(s->e, "layer %s: expert %d's version of tensor '%s' has %zu bytes, not %lld elements of %zu; the tensor's data cannot be read",
+			    s->L->scope, id, const_name(s, i, j), nb, (long long)n, es);
+	for (int64_t c = 0; c < per; c += n)
+		memcpy(dst + (size_t)c * es, p, nb);
+	return 0;
 }
 
 /* Whether every expert has the template's value at node i, input j
@@ -273,17 +275,9 @@ static const char *stack(S *s, size_t i, size_t j, const int64_t *dims, int nd, 
 	const Tensor *tt = tpl_tensor(s, i, j, &ni, &si);
 	size_t es = wt_dtype_size(tt->data_type), row = (size_t)per * es;
 	unsigned char *buf = arena_alloc_raw(s->c->a, (size_t)s->E * row + 1);
-	for (int id = 0; id < s->E; id++) {
-		size_t nb;
-		const unsigned char *p = const_bytes(s, i, j, id, &nb);
-		if (!p)
+	for (int id = 0; id < s->E; id++)
+		if (const_into(s, i, j, id, buf + (size_t)id * row, per))
 			return NULL;
-		if (nb == row)
-			memcpy(buf + (size_t)id * row, p, row);
-		else
-			for (int64_t c = 0; c < per; c++)
-				memcpy(buf + (size_t)id * row + (size_t)c * es, p, es);
-	}
 	int64_t d[DIMS_MAX + 1];
 	d[0] = s->E;
 	for (int q = 0; q < nd; q++)
