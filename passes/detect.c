@@ -612,6 +612,7 @@ static Acc *acc_eval(AccWalk *w, Node *n)
 				return NULL;
 			const char *o = s->gp->output[0]->name;
 			Acc *a = acc_of(w, o);
+			b1 = NULL;
 			if (a && !a->contrib) {
 				for (size_t i = 0; i < w->words; i++)
 					r->bits[i] |= a->bits[i];
@@ -817,17 +818,20 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, const char *view, E
 			return errf(e, "layer %s: expert %d's mask goes through %zu NonZero nodes; the layer cannot be repaired safely",
 				    L->scope, x->id, m.nnz);
 		Node *z = m.nz[0];
+		/* A scripted layer gathers inside the If body it gates. */
+		Graph *zg = g_graph_of(c, z);
 		Coords k = { .a = c->ia };
 		Map rk;
 		map_init(&rk, c->ia, 32);
-		flow_forward(c, g, (const char *[]){ z->output[0] }, 1, coord_step, &k, &rk);
+		flow_forward(c, zg, (const char *[]){ z->output[0] }, 1, coord_step, &k, &rk);
 		Node *row = NULL, *wg = NULL;
 		for (size_t i = 0; i < k.nuse; i++) {
 			Node *n = k.use[i];
 			Node *zz = NULL;
 			if (g_is(n, "ScatterElements") || g_is(n, "ScatterND"))
 				continue; /* checked with the routed sum */
-			if (g_is(n, "Gather") && g_attr_i(n, "axis", 0) == 0 && nz_coord(g, n->input[1], &zz) == 0 &&
+			Graph *ng = g_graph_of(c, n);
+			if (g_is(n, "Gather") && g_attr_i(n, "axis", 0) == 0 && nz_coord(ng, n->input[1], &zz) == 0 &&
 			    zz == z && !map_get(&rk, n->input[0])) {
 				if (row && strcmp(row->input[0], n->input[0]) != 0)
 					return errf(e, "layer %s: expert %d gathers rows of two tensors ('%s', '%s'); the layer cannot be repaired safely",
@@ -838,7 +842,7 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, const char *view, E
 				row = n;
 				continue;
 			}
-			const char *t = weight_source(g, n, z);
+			const char *t = weight_source(ng, n, z);
 			if (t && !wg) {
 				wg = n;
 				wsrc = t;
@@ -858,7 +862,7 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, const char *view, E
 			return -1;
 		Map r2;
 		map_init(&r2, c->ia, 16);
-		flow_forward(c, g, (const char *[]){ wg->output[0] }, 1, wuse_step, &wu, &r2);
+		flow_forward(c, g_graph_of(c, wg), (const char *[]){ wg->output[0] }, 1, wuse_step, &wu, &r2);
 		L->form = FORM_ROWS;
 	} else if (m.wsum) {
 		/* sum over slots of W * match, then (reshaped) times the expert. */
@@ -916,6 +920,53 @@ static int cmp_id(const void *a, const void *b)
 }
 
 static const SpecLayer *hint_for(Ctx *c, const Spec *s, const Node *t);
+
+/* A router's indices that reach a NonZero or an If condition through
+ * integer and boolean ops (masks scattered from them, slices of those
+ * masks, comparisons) drive a data-dependent dispatch, whatever its form:
+ * diagnosis must not call such a model healthy. */
+typedef struct {
+	Node *hit;
+} Unknown;
+
+static unsigned unknown_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
+{
+	Unknown *u = ud;
+	Graph *g = g_graph_of(c, n);
+	(void)v;
+	if (u->hit || slot < 0)
+		return 0;
+	if (g_is(n, "NonZero") || (g_is(n, "If") && slot == 0)) {
+		u->hit = n;
+		return 0;
+	}
+	if ((g_is(n, "ScatterElements") || g_is(n, "ScatterND")) && slot == 1)
+		return is_const(g, nin(n, 0), 0) ? ~0u : 0;
+	if (g_is(n, "OneHot") && slot == 0)
+		return ~0u;
+	static const char *ops[] = { "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or",
+				     "Not", "Xor", "ReduceMax", "ReduceMin", "ReduceSum", NULL };
+	for (const char **o = ops; *o; o++)
+		if (g_is(n, *o))
+			return ~0u;
+	if (g_is(n, "Cast")) {
+		int64_t to = g_attr_i(n, "to", 0);
+		return to == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL || to == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ||
+				       to == ONNX__TENSOR_PROTO__DATA_TYPE__INT32
+			       ? ~0u
+			       : 0;
+	}
+	return moves(n, slot, g) ? ~0u : 0;
+}
+
+static Node *unknown_dispatch(Ctx *c, Node *t)
+{
+	Unknown u = { 0 };
+	Map r;
+	map_init(&r, c->ia, 32);
+	flow_forward(c, c->g, (const char *[]){ t->output[1] }, 1, unknown_step, &u, &r);
+	return u.hit;
+}
 
 /* ---- what the names say (for reports and zero-config use only) ---- */
 
@@ -997,7 +1048,9 @@ static Comps expert_module(Ctx *c, const Expert *x)
 static void name_layer(Ctx *c, Layer *L)
 {
 	Arena *a = c->ia;
-	L->topmodule = L->topk->name ? spec_node_module(c->a, L->topk->name) : NULL;
+	const char *tn = L->topk->name;
+	/* "/TopK": a node of the root module (a MoE exported alone) */
+	L->topmodule = !tn ? NULL : tn[0] == '/' && !strchr(tn + 1, '/') ? "" : spec_node_module(c->a, tn);
 	Comps tm = comps(a, L->topmodule);
 	if (!L->nex) {
 		if (tm.n)
@@ -1058,8 +1111,13 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 	map_init(&reached, c->ia, 32);
 	flow_forward(c, c->g, (const char *[]){ t->output[1] }, 1, view_step, &w, &reached);
 	if (!w.n) {
-		if (!w.dense && !w.sparse)
+		if (!w.dense && !w.sparse) {
+			Node *hit = unknown_dispatch(c, t);
+			if (hit)
+				return errf(e, "router '%s': its indices reach %s '%s' through a dispatch no known form has (no comparison with expert ids; e.g. ES_MOE's per-pixel routing map); the layer cannot be repaired safely",
+					    L->scope, hit->op_type, hit->name ? hit->name : "");
 			return 0;
+		}
 		L->form = w.dense ? FORM_DENSE : FORM_SPARSE;
 		L->indices = t->output[1];
 		name_layer(c, L);
@@ -1136,7 +1194,7 @@ static const SpecLayer *hint_for(Ctx *c, const Spec *s, const Node *t)
 	return best;
 }
 
-int moe_find(Ctx *c, const Spec *s, Layer **out, size_t *n, Err *e)
+int moe_find(Ctx *c, const Spec *s, int lenient, Layer **out, size_t *n, Err *e)
 {
 	Onnx__GraphProto *gp = c->g->gp;
 	Layer *L = NULL;
@@ -1147,8 +1205,20 @@ int moe_find(Ctx *c, const Spec *s, Layer **out, size_t *n, Err *e)
 			continue;
 		L = arena_grow(c->a, L, nl * sizeof *L, (nl + 1) * sizeof *L);
 		int r = analyse(c, t, hint_for(c, s, t), &L[nl], e);
-		if (r < 0)
+		if (r < 0 && !lenient)
 			return -1;
+		if (r < 0) {
+			Layer *l = &L[nl];
+			memset(l, 0, sizeof *l);
+			l->topk = t;
+			l->scope = topk_name(t);
+			l->form = FORM_UNKNOWN;
+			l->why = arena_strdup(c->a, e->msg);
+			l->topk_k = l->width = -1;
+			l->gen = c->gen;
+			name_layer(c, l);
+			r = 1;
+		}
 		nl += (size_t)r;
 	}
 	*out = L;

@@ -33,8 +33,10 @@ typedef struct {
 	Node *gate;       /* the main-graph If gating it, or NULL */
 } Expert;
 
-/* FORM_DENSE and FORM_SPARSE are static dispatches: nothing to repair. */
-typedef enum { FORM_ROWS, FORM_MASKSUM, FORM_DENSE, FORM_SPARSE } Form;
+/* FORM_DENSE and FORM_SPARSE are static dispatches: nothing to repair.
+ * FORM_UNKNOWN: a data-dependent dispatch detection could not express
+ * (diagnosis only; Layer.why says what disagreed). */
+typedef enum { FORM_ROWS, FORM_MASKSUM, FORM_DENSE, FORM_SPARSE, FORM_UNKNOWN } Form;
 #define FORM_STATIC(f) ((f) == FORM_DENSE || (f) == FORM_SPARSE)
 
 typedef struct {
@@ -57,6 +59,7 @@ typedef struct {
 	Expert *ex;           /* present experts, by id */
 	size_t nex;
 	Form form;
+	const char *why;      /* FORM_UNKNOWN: why the layer cannot be repaired */
 	int nif;              /* If nodes gating experts */
 	int nodes, convs;     /* nodes (and Conv nodes) of the present experts */
 	unsigned gen;         /* c->gen at detection */
@@ -66,8 +69,10 @@ typedef struct {
  * whose indices reach an expert-id comparison but whose dispatch cannot be
  * expressed is an error saying why. s (or NULL) lends its explicit values
  * (input, output) to the layers its names or router.indices point at;
- * Layer.spec is that hint until moe_bind sets the binding. */
-int moe_find(Ctx *c, const Spec *s, Layer **out, size_t *n, Err *e);
+ * Layer.spec is that hint until moe_bind sets the binding. lenient (for
+ * diagnosis): a router whose dispatch cannot be expressed is a layer of
+ * FORM_UNKNOWN, not an error. */
+int moe_find(Ctx *c, const Spec *s, int lenient, Layer **out, size_t *n, Err *e);
 
 /* Ties experts.yaml layers to detected layers (by names, then by checkpoint
  * values for what names do not settle, reading weights through src) and checks that the two agree

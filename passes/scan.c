@@ -25,6 +25,7 @@ int moe_scan(Ctx *c, const Layer *L, size_t nl, Report *r, Err *e)
 		lr->dense = FORM_STATIC(l->form);
 		lr->dispatch = l->form == FORM_SPARSE ? "sparse" : l->form == FORM_DENSE ? "dense" : NULL;
 		lr->expert_flops = -1;
+		lr->why = l->why;
 		if (!FORM_STATIC(l->form))
 			r->damaged = 1;
 	}

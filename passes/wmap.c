@@ -435,8 +435,11 @@ static Slot *const_slots(Ctx *c, const Expert *x, size_t *ns)
 	for (size_t i = 0; i < x->nnode; i++) {
 		Node *nd = x->node[i];
 		for (size_t j = 0; j < nd->n_input; j++) {
+			/* Initializers, also behind the Identity an exporter leaves
+			 * where it merged equal ones; Constant nodes are structure. */
+			const Tensor *t = g_const(x->g, nd->input[j]);
 			Val *v = g_val(x->g, nd->input[j]);
-			if (!v || !v->init)
+			if (!t || !v || (!v->init && !(v->def && g_is(v->def, "Identity"))))
 				continue;
 			s = arena_grow(c->a, s, n * sizeof *s, (n + 1) * sizeof *s);
 			s[n++] = (Slot){ i, j, nd->input[j] };
@@ -521,6 +524,193 @@ static int named_like(Ctx *c, const Layer *L, const Expert *tpl, const Slot *sl,
 	return strncmp(key, m, strlen(m)) == 0 && key[strlen(m)] == '.';
 }
 
+/* A recipe in words, for messages. */
+static const char *describe(Ctx *c, const char *pre, const Recipe *r)
+{
+	switch (r->kind) {
+	case R_NAME:
+	case R_VALUE:
+		return arena_printf(c->a, "'%s%s'", pre, r->rest);
+	case R_FOLD_W:
+		return arena_printf(c->a, "'%s%s' folded with BatchNorm '%s%s' (eps %g)", pre, r->rest, pre, r->bn, r->eps);
+	case R_FOLD_B:
+		return arena_printf(c->a, "BatchNorm '%s%s' folded (eps %g) with %s%s%s", pre, r->bn, r->eps,
+				    r->bias ? "conv bias '" : "no conv bias", r->bias ? arena_printf(c->a, "%s%s", pre, r->bias) : "",
+				    r->bias ? "'" : "");
+	default:
+		return "the template's own tensor";
+	}
+}
+
+/* How much besides the values speaks for recipe r at slot sl, for
+ * candidates the values cannot tell apart (a template tensor of zeros
+ * matches every zero key): the tensor's own name; a conv bias folded with
+ * the BatchNorm and conv bias its weight's fold used; the module the
+ * consumer node is named after; for a Conv, that exporters fold
+ * BatchNorm into it. */
+static int evidence(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m, const Slot *sl, const Recipe *r,
+		    WSrc *ws, const char *pre)
+{
+	int ev = 0;
+	const Node *n = tpl->node[sl->node];
+	if (r->kind == R_NAME)
+		ev += 8;
+	if (r->kind == R_FOLD_B && g_is(n, "Conv"))
+		for (size_t i = 0; i < m->n; i++) {
+			const Recipe *w = &m->r[i];
+			if (w->node != sl->node || w->input != 1 || w->kind != R_FOLD_W || strcmp(w->bn, r->bn) != 0)
+				continue;
+			const char *cb = arena_printf(c->a, "%.*s.bias", (int)(strlen(w->rest) - strlen(".weight")), w->rest);
+			int has = wsrc_get(ws, arena_printf(c->a, "%s%s", pre, cb)) != NULL;
+			if (has ? r->bias && strcmp(r->bias, cb) == 0 : !r->bias)
+				ev += 4;
+		}
+	if (named_like(c, L, tpl, sl, r))
+		ev += 2;
+	if (g_is(n, "Conv") && (r->kind == R_FOLD_W || r->kind == R_FOLD_B))
+		ev += 1;
+	return ev;
+}
+
+/* Keys under the layer that belong to expert `id` without lying under its
+ * expert path: a component equal to the id where the same key with another
+ * id exists too (DiversifiedExpertGroup's dw_layers.{i} beside
+ * expert_projections.{i}). Returns how many, filling out (module prefixes
+ * ending in "."). */
+static size_t sibling_families(Src *s, const Layer *L, int id, const char ***out)
+{
+	Ctx *c = s->c;
+	const SpecLayer *sl = L->spec;
+	const char *base = arena_printf(c->a, "%s%s%s", sl->prefix ? sl->prefix : "", sl->scope, *sl->scope ? "." : "");
+	const char *own = key_prefix(c, L, id);
+	char idc[16];
+	snprintf(idc, sizeof idc, "%d", id);
+	size_t lo, hi, n = 0;
+	wsrc_range(s->w, base, &lo, &hi);
+	const char **v = NULL;
+	for (size_t i = lo; i < hi; i++) {
+		const char *k = wsrc_sorted(s->w, i)->name;
+		if (strncmp(k, own, strlen(own)) == 0 || sl->experts < 2)
+			continue;
+		/* each component equal to the id, after the layer's base */
+		for (const char *p = k + strlen(base); (p = strstr(p, idc)); p++) {
+			size_t li = strlen(idc);
+			if ((p > k && p[-1] != '.') || (p[li] != '.' && p[li]))
+				continue;
+			const char *mod = arena_printf(c->a, "%.*s", (int)(p - k + li) + (p[li] == '.'), k);
+			/* A family has a member of the same shape for every expert id
+			 * (numbered siblings of other kinds, conv.0 beside norm.1, do not). */
+			const WTensor *me = wsrc_sorted(s->w, i);
+			int all = 1;
+			for (int j = 0; j < sl->experts && all; j++) {
+				const WTensor *x = wsrc_get(s->w, arena_printf(c->a, "%.*s%d%s", (int)(p - k), k, j, p + li));
+				all = x && x->ndim == me->ndim && !memcmp(x->dims, me->dims, (size_t)me->ndim * sizeof *me->dims);
+			}
+			if (!all)
+				continue;
+			int seen = 0;
+			for (size_t j = 0; j < n && !seen; j++)
+				seen = strcmp(v[j], mod) == 0;
+			if (!seen) {
+				v = arena_grow(c->a, v, n * sizeof *v, (n + 1) * sizeof *v);
+				v[n++] = mod;
+			}
+		}
+	}
+	*out = v;
+	return n;
+}
+
+/* The experts' shared input must not be computed by per-expert weights: an
+ * expert that starts before its row gather (a per-expert depthwise layer
+ * on the shared stem) would be rebuilt without that start, silently wrong
+ * when one expert present cannot show the difference. The nodes computing
+ * the input, back to the router, are checked against the template's
+ * per-expert tensors outside its expert path. */
+static int shared_input(Src *s, const Layer *L, const Expert *tpl, Err *e)
+{
+	Ctx *c = s->c;
+	const char **fam;
+	size_t nf = sibling_families(s, L, tpl->id, &fam);
+	if (!nf)
+		return 0;
+	size_t low = L->topk ? g_pos(c, L->topk) : 0, nt = 0, ct = 64;
+	const char **todo = arena_alloc(c->a, ct * sizeof *todo);
+	PMap seen;
+	pmap_init(&seen, c->a, 64);
+	todo[nt++] = L->x;
+	for (int steps = 0; nt && steps < 256; steps++) {
+		Val *v = g_val(c->g, todo[--nt]);
+		Node *n = v ? v->def : NULL;
+		if (!n || pmap_get(&seen, n) || g_graph_of(c, n) != c->g || g_pos(c, n) < low)
+			continue;
+		pmap_put(&seen, n, (void *)1);
+		for (size_t j = 0; j < n->n_input; j++) {
+			const Tensor *t = g_const(c->g, n->input[j]);
+			int64_t cnt;
+			const float *f = t && t->n_dims ? tensor_f32(c, t, &cnt) : NULL;
+			for (size_t k = 0; f && cnt > 1 && k < nf; k++) {
+				Cands cs = candidates(s, t, f, cnt, fam[k]);
+				if (cs.n)
+					return errf(e, "layer %s: node '%s', which computes the experts' input '%s', reads '%s' = %s, a tensor of expert %d outside '%s' (the checkpoint has one per expert under '%s'): experts that span more than their expert path cannot be rebuilt",
+						    L->scope, n->name ? n->name : n->op_type, L->x, t->name,
+						    describe(c, fam[k], &cs.v[0].r), tpl->id, expert_path(c, L->spec, tpl->id), fam[k]);
+			}
+			if (!t && *n->input[j]) {
+				if (nt == ct) {
+					todo = arena_grow(c->a, todo, ct * sizeof *todo, 2 * ct * sizeof *todo);
+					ct *= 2;
+				}
+				todo[nt++] = n->input[j];
+			}
+		}
+	}
+	return 0;
+}
+
+static const char *shape_str(Ctx *c, const WTensor *t);
+
+/* Every expert of the layer must hold, in the checkpoint, the tensors the
+ * template holds, of the same shapes: missing experts are clones of the
+ * template, so a layer of differently built experts (DyMoE's four expert
+ * kinds) cannot be rebuilt, and says so before any tensor is. */
+static int same_structure(Src *s, const Layer *L, const Expert *tpl, Err *e)
+{
+	Ctx *c = s->c;
+	const char *tp = key_prefix(c, L, tpl->id);
+	size_t tlo, thi;
+	wsrc_range(s->w, tp, &tlo, &thi);
+	for (int id = 0; id < L->spec->experts; id++) {
+		if (id == tpl->id)
+			continue;
+		const char *p = key_prefix(c, L, id);
+		size_t lo, hi;
+		wsrc_range(s->w, p, &lo, &hi);
+		const char *odd = NULL;
+		for (size_t i = tlo; i < thi && !odd; i++) {
+			const WTensor *a = wsrc_sorted(s->w, i);
+			const char *k = arena_printf(c->a, "%s%s", p, a->name + strlen(tp));
+			const WTensor *b = wsrc_get(s->w, k);
+			if (!b)
+				return errf(e, "layer %s: %s has no '%s' for expert %d (expert %d has '%s'); is it this model's checkpoint?",
+					    L->scope, s->w->path, k, id, tpl->id, a->name);
+			else if (b->ndim != a->ndim || memcmp(b->dims, a->dims, (size_t)a->ndim * sizeof *a->dims))
+				odd = arena_printf(c->a, "has '%s' of shape %s where expert %d has %s", k, shape_str(c, b), tpl->id,
+						   shape_str(c, a));
+		}
+		if (!odd && hi - lo != thi - tlo)
+			odd = arena_printf(c->a, "has %zu tensors under '%s', expert %d has %zu", hi - lo, p, tpl->id, thi - tlo);
+		if (!odd)
+			continue;
+		if (lo == hi)
+			return errf(e, "layer %s: %s holds no tensor of expert %d under '%s'; is it this model's checkpoint, with these experts?",
+				    L->scope, s->w->path, id, p);
+		return errf(e, "layer %s: in %s, expert %d %s: experts built differently cannot be rebuilt from one template",
+			    L->scope, s->w->path, id, odd);
+	}
+	return 0;
+}
+
 int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err *e)
 {
 	Src s = { .c = c, .w = w };
@@ -531,6 +721,8 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 		if (!same_shape(c, tpl, &L->ex[k]))
 			return errf(e, "layer %s: expert %d's subgraph differs from expert %d's (%zu vs %zu nodes); experts of one layer must share a structure",
 				    L->scope, L->ex[k].id, tpl->id, L->ex[k].nnode, tpl->nnode);
+	if (same_structure(&s, L, tpl, e))
+		return -1;
 	size_t ns;
 	Slot *sl = const_slots(c, tpl, &ns);
 	const char *pre = key_prefix(c, L, tpl->id);
@@ -546,51 +738,56 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 		/* Best fit over every present expert: a loose tolerance (half
 		 * precision) lets near misses through on the template (eps 1e-5
 		 * for 1e-3), never past the exact recipe. */
-		double best = INFINITY, worst = 0;
+		double best = INFINITY, worst = 0, tol = tolerance(&s, t->data_type);
 		const char *worstname = t->name;
 		int worstid = tpl->id;
 		size_t pick = cs.n;
+		double *maxd = arena_alloc(c->a, (cs.n + 1) * sizeof *maxd);
 		for (size_t j = 0; j < cs.n; j++) {
-			double maxd = cs.v[j].d, tol = tolerance(&s, t->data_type);
+			maxd[j] = cs.v[j].d;
 			cs.v[j].r.node = sl[i].node;
 			cs.v[j].r.input = sl[i].input;
-			for (size_t k = 0; k < L->nex && maxd <= tol; k++) {
+			for (size_t k = 0; k < L->nex && maxd[j] <= tol; k++) {
 				double d;
 				if (&L->ex[k] == tpl)
 					continue;
 				if (verify(&s, L, tpl, &L->ex[k], &sl[i], &cs.v[j].r, &d, e))
 					return -1;
-				if (d > maxd)
-					maxd = d;
+				if (d > maxd[j])
+					maxd[j] = d;
 				if (d > worst) {
 					worst = d;
 					worstname = L->ex[k].node[sl[i].node]->input[sl[i].input];
 					worstid = L->ex[k].id;
 				}
 			}
-			if (maxd > tol)
-				continue;
-			if (maxd < best) {
-				best = maxd;
+			if (maxd[j] <= tol && maxd[j] < best) {
+				best = maxd[j];
 				pick = j;
 			}
 		}
-		/* Equally good candidates must agree on every expert to rebuild;
-		 * where they do not, names decide, or nothing does. */
+		/* Candidates that fit exactly as well must rebuild the missing
+		 * experts alike; where they do not, the one with more evidence
+		 * wins (see evidence), or the repair stops. */
+		int top = pick < cs.n ? evidence(c, L, tpl, m, &sl[i], &cs.v[pick].r, w, pre) : 0, ntop = 1;
+		size_t other = cs.n;
 		for (size_t j = 0; pick < cs.n && j < cs.n; j++) {
-			if (j == pick || cs.v[j].d > best)
+			if (j == pick || maxd[j] != best || same_for_missing(&s, L, &cs.v[pick].r, &cs.v[j].r, n))
 				continue;
-			if (same_for_missing(&s, L, &cs.v[pick].r, &cs.v[j].r, n))
-				continue;
-			int a = named_like(c, L, tpl, &sl[i], &cs.v[pick].r), b = named_like(c, L, tpl, &sl[i], &cs.v[j].r);
-			if (a != b) {
-				pick = b ? j : pick;
-				continue;
+			int ev = evidence(c, L, tpl, m, &sl[i], &cs.v[j].r, w, pre);
+			if (ev > top) {
+				top = ev;
+				pick = j;
+				ntop = 1;
+				other = cs.n;
+			} else if (ev == top) {
+				ntop++;
+				other = j;
 			}
-			return errf(e, "layer %s: tensor '%s' of expert %d is rebuilt equally well from '%s%s' and '%s%s', which differ for the missing experts; the checkpoint cannot tell them apart",
-				    L->scope, t->name, tpl->id, pre, cs.v[pick].r.rest ? cs.v[pick].r.rest : cs.v[pick].r.bn,
-				    pre, cs.v[j].r.rest ? cs.v[j].r.rest : cs.v[j].r.bn);
 		}
+		if (pick < cs.n && ntop > 1 && other < cs.n && !same_for_missing(&s, L, &cs.v[pick].r, &cs.v[other].r, n))
+			return errf(e, "layer %s: tensor '%s' of expert %d is rebuilt equally well as %s and as %s, which differ for the missing experts; the checkpoint cannot tell them apart",
+				    L->scope, t->name, tpl->id, describe(c, pre, &cs.v[pick].r), describe(c, pre, &cs.v[other].r));
 		if (pick < cs.n) {
 			*r = cs.v[pick].r;
 			if (best > m->maxdiff)
@@ -626,7 +823,7 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 			return -1;
 		}
 	}
-	return 0;
+	return shared_input(&s, L, tpl, e);
 }
 
 static const char *shape_str(Ctx *c, const WTensor *t)

@@ -242,14 +242,22 @@ int g_is(const Node *n, const char *op)
 
 const Tensor *g_const(const Graph *g, const char *name)
 {
-	Val *v = g_val(g, name);
-	if (!v)
-		return NULL;
-	if (v->init)
-		return v->init;
-	if (v->def && g_is(v->def, "Constant")) {
-		const Onnx__AttributeProto *a = g_attr(v->def, "value");
-		return a ? a->t : NULL;
+	/* Identity of a constant is that constant: exporters deduplicating
+	 * equal initializers leave Identity(onnx::Mul_262) where a tensor was. */
+	for (int d = 0; d < 16; d++) {
+		Val *v = g_val(g, name);
+		if (!v)
+			return NULL;
+		if (v->init)
+			return v->init;
+		if (v->def && g_is(v->def, "Constant")) {
+			const Onnx__AttributeProto *a = g_attr(v->def, "value");
+			return a ? a->t : NULL;
+		}
+		if (!v->def || !g_is(v->def, "Identity") || v->def->n_input != 1)
+			return NULL;
+		g = v->g;
+		name = v->def->input[0];
 	}
 	return NULL;
 }

@@ -32,14 +32,19 @@ static void init(Map *m, Arena *a, size_t hint, int byptr)
 	m->slot = arena_alloc(a, cap * sizeof *m->slot);
 }
 
-static MapSlot *find(const Map *m, const void *key)
+static MapSlot *find_h(const Map *m, const void *key, uint64_t h)
 {
-	size_t i = hash(m, key) & (m->cap - 1);
+	size_t i = h & (m->cap - 1);
 	for (;; i = (i + 1) & (m->cap - 1)) {
 		MapSlot *s = &m->slot[i];
-		if (!s->key || s->key == key || (!m->byptr && strcmp(s->key, key) == 0))
+		if (!s->key || s->key == key || (!m->byptr && s->hash == h && strcmp(s->key, key) == 0))
 			return s;
 	}
+}
+
+static MapSlot *find(const Map *m, const void *key)
+{
+	return find_h(m, key, hash(m, key));
 }
 
 static void *get(const Map *m, const void *key)
@@ -61,12 +66,14 @@ static void *put(Map *m, const void *key, void *val)
 		m->slot = arena_alloc(m->a, m->cap * sizeof *m->slot);
 		for (size_t i = 0; i < oldcap; i++)
 			if (old[i].key)
-				*find(m, old[i].key) = old[i];
+				*find_h(m, old[i].key, old[i].hash) = old[i];
 	}
-	MapSlot *s = find(m, key);
+	uint64_t h = hash(m, key);
+	MapSlot *s = find_h(m, key, h);
 	void *prev = s->key ? s->val : NULL;
 	if (!s->key) {
 		s->key = key;
+		s->hash = h;
 		m->len++;
 	}
 	s->val = val;

@@ -12,6 +12,7 @@
 typedef struct {
 	const void *key;
 	void *val;
+	uint64_t hash; /* of key: probes compare it before the strings */
 } MapSlot;
 
 typedef struct {

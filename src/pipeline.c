@@ -126,7 +126,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 
 	if (o->progress)
 		progress_step(o->progress, "finding MoE layers", 1, 1, NULL);
-	if (moe_find(&c, spec, &L, &nl, e))
+	if (moe_find(&c, spec, !spec && !o->layout, &L, &nl, e))
 		goto out;
 	open = arena_alloc(md->a, ((spec ? spec->nlayer : nl) + 2) * sizeof *open);
 	if (!spec && !o->layout) {

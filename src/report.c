@@ -60,6 +60,10 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 			fprintf(f, " %s dispatch, nothing to repair\n", l->dispatch ? l->dispatch : "dense");
 			continue;
 		}
+		if (l->why) {
+			fprintf(f, " data-dependent dispatch that cannot be repaired: %s\n", l->why);
+			continue;
+		}
 		if (l->experts)
 			fprintf(f, " %d experts", l->experts);
 		if (l->top_k)

@@ -21,6 +21,7 @@ typedef struct {
 	const char *fallback; /* why a sparse dispatch was asked for and not emitted, or NULL */
 	double expert_flops;  /* one expert's Conv FLOPs per input, < 0 unknown */
 	int dense;            /* already in the dense form: nothing to repair */
+	const char *why;      /* a dispatch that cannot be repaired: why (diagnosis) */
 } LayerReport;
 
 typedef struct {
