@@ -22,7 +22,9 @@ every expert on the whole input, GatherElements picking the top-k).
 --batch B exports at a static batch of B.  --expert mixed gives experts the
 ops a sparse dispatch must restack beyond Conv and SiLU: Conv -> unfolded
 BatchNormalization -> Clip(0, 6) -> MaxPool 3x3 -> Conv -> per-channel
-scale (a checkpoint tensor) -> residual Add of the expert's input.
+scale (a checkpoint tensor) -> residual Add of the expert's input; --expert
+ghost a GhostNet module: Conv -> SiLU, a second Conv -> SiLU on that,
+both concatenated on channels, sliced to width, Conv.
 Needs Debian's python3-onnx and python3-numpy only.
 """
 import argparse
@@ -239,6 +241,12 @@ class Gen:
 	def expert_weights(self, p, C, H, seed):
 		"""Registers expert p's tensors in the checkpoint; returns a function
 		giving what the export and the reference need of them."""
+		if self.a.expert == "ghost":
+			# GhostNet's module: primary and cheap halves concatenated, cut to width.
+			f0 = self.conv_bn(f"{p}.conv.0.weight", f"{p}.conv.1", H // 2, C, 1, seed)
+			f3 = self.conv_bn(f"{p}.conv.3.weight", f"{p}.conv.4", H // 2, H // 2, 1, seed + 2)
+			f6 = self.conv_bn(f"{p}.conv.6.weight", f"{p}.conv.7", C, H - 2, 1, 300007 + seed)
+			return lambda: f0() + f3() + f6()
 		f0 = self.conv_bn(f"{p}.conv.0.weight", f"{p}.conv.1", H, C, 1, seed)
 		f3 = self.conv_bn(f"{p}.conv.3.weight", f"{p}.conv.4", C, H, 1, seed + 2)
 		if self.a.expert == "conv":
@@ -262,6 +270,17 @@ class Gen:
 		(w0, b0, w3, b3) = t[:4]
 		y = self.node("Conv", f"{e}/conv/conv.0/Conv", [x, self.conv_init(w0), self.conv_init(b0)],
 			      dilations=[1, 1], group=1, kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 1])
+		if self.a.expert == "ghost":
+			y = self.node("Mul", f"{e}/conv/conv.2/Mul", [y, self.node("Sigmoid", f"{e}/conv/conv.2/Sigmoid", [y])])
+			z = self.node("Conv", f"{e}/conv/conv.3/Conv", [y, self.conv_init(w3), self.conv_init(b3)],
+				      dilations=[1, 1], group=1, kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 1])
+			z = self.node("Mul", f"{e}/conv/conv.5/Mul", [z, self.node("Sigmoid", f"{e}/conv/conv.5/Sigmoid", [z])])
+			y = self.node("Concat", f"{e}/Concat", [y, z], axis=1)
+			h = self.a.channels * self.a.hidden
+			y = self.node("Slice", f"{e}/Slice", [y, c([0]), c([h - 2]), c([1]), c([1])])
+			w6, b6 = t[4:6]
+			return self.node("Conv", f"{e}/conv/conv.6/Conv", [y, self.conv_init(w6), self.conv_init(b6)],
+					 dilations=[1, 1], group=1, kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 1])
 		if self.a.expert == "conv":
 			sg = self.node("Sigmoid", f"{e}/conv/conv.2/Sigmoid", [y])
 			y = self.node("Mul", f"{e}/conv/conv.2/Mul", [y, sg])
@@ -382,6 +401,12 @@ class Gen:
 	def ref_expert(self, t, x):
 		e0w, e0b, e3w, e3b = t[:4]
 		z = self.conv1(x, e0w, e0b)
+		if self.a.expert == "ghost":
+			z = z / (1 + np.exp(-z))
+			y = self.conv1(z, e3w, e3b)
+			y = y / (1 + np.exp(-y))
+			z = np.concatenate([z, y], axis=1)[:, :-2]
+			return self.conv1(z, t[4], t[5])
 		if self.a.expert == "conv":
 			z = z / (1 + np.exp(-z))
 			return self.conv1(z, e3w, e3b)
@@ -410,8 +435,9 @@ def main():
 	p.add_argument("--ref", type=int, default=0, help="write N NumPy reference pairs (small models)")
 	p.add_argument("--seed", type=int, default=0)
 	p.add_argument("--batch", type=int, default=1, help="static batch of the export")
-	p.add_argument("--expert", choices=("conv", "mixed"), default="conv",
-		       help="conv: Conv-SiLU-Conv; mixed: Conv-BN-Clip-MaxPool-Conv-scale-residual")
+	p.add_argument("--expert", choices=("conv", "mixed", "ghost"), default="conv",
+		       help="conv: Conv-SiLU-Conv; mixed: Conv-BN-Clip-MaxPool-Conv-scale-residual; "
+		       "ghost: GhostNet halves concatenated, sliced, Conv")
 	p.add_argument("--dense", action="store_true", help="also write dense.onnx, the dense-path export")
 	a = p.parse_args()
 	if a.missing is None:

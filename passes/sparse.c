@@ -511,6 +511,101 @@ static int unary(S *s, size_t i)
 	return 1;
 }
 
+/* Channel concatenation and slicing act per slot: on [N, C, spatial...]
+ * (a free reshape of the static layout), and on axis 2 of the dynamic one. */
+static const char *per_slot(S *s, const char *v)
+{
+	int64_t sh[DIMS_MAX] = { s->N, -1 };
+	return emit_reshape(&s->em, v, sh, (size_t)s->r);
+}
+
+static const char *flat(S *s, const char *v)
+{
+	int64_t sh[DIMS_MAX] = { 1, -1 };
+	return emit_reshape(&s->em, v, sh, (size_t)s->r);
+}
+
+static int concat(S *s, size_t i)
+{
+	const Node *n = s->tpl->node[i];
+	int64_t axis = g_attr_i(n, "axis", 0);
+	if (axis < 0)
+		axis += s->r;
+	if (axis != 1)
+		return no(s, "Concat '%s' joins axis %lld, not channels", nname(n), (long long)axis);
+	int64_t ch = 0;
+	for (size_t j = 0; j < n->n_input; j++) {
+		SVal *v = lookup(s, n->input[j]);
+		if (!v || v->kind == V_CONST)
+			return no(s, "Concat '%s' joins a constant to the expert's values", nname(n));
+		ch = ch < 0 || v->ch < 0 ? -1 : ch + v->ch;
+	}
+	if (s->dry) {
+		put(s, n->output[0], V_STACK, NULL, ch);
+		return 1;
+	}
+	const char **in = arena_alloc(s->c->a, n->n_input * sizeof *in);
+	for (size_t j = 0; j < n->n_input; j++) {
+		in[j] = stacked(s, lookup(s, n->input[j]));
+		if (s->B >= 0)
+			in[j] = per_slot(s, in[j]);
+	}
+	const char *y = emit(&s->em, "Concat", in, n->n_input);
+	g_set_attr_i(s->c, emit_last(&s->em), "axis", s->B < 0 ? 2 : 1);
+	put(s, n->output[0], V_STACK, s->B < 0 ? y : flat(s, y), ch);
+	return 1;
+}
+
+/* Slice with constant bounds: of channels per slot, or of spatial axes,
+ * which keep their place in the static layout. */
+static int slice(S *s, size_t i)
+{
+	const Node *n = s->tpl->node[i];
+	SVal *a = lookup(s, n->input[0]);
+	int64_t ax[DIMS_MAX], st[DIMS_MAX], d[DIMS_MAX];
+	long na = n->n_input > 3 && *n->input[3] ? g_const_ints(s->tg, n->input[3], ax, DIMS_MAX) : -2;
+	long ns = n->n_input > 1 ? g_const_ints(s->tg, n->input[1], st, DIMS_MAX) : -1;
+	if (!a || a->kind == V_CONST || n->n_input < 3 || ns < 1 || na == -1)
+		return no(s, "Slice '%s' does not cut the expert's value by constant bounds", nname(n));
+	for (size_t j = 1; j < n->n_input; j++)
+		if (*n->input[j] && (!lookup(s, n->input[j]) || lookup(s, n->input[j])->kind != V_CONST))
+			return no(s, "Slice '%s' has bounds computed at run time", nname(n));
+	int chan = 0;
+	for (long q = 0; q < ns; q++) {
+		int64_t x = na == -2 ? q : ax[q] < 0 ? ax[q] + s->r : ax[q];
+		ax[q] = x;
+		if (x == 0 || x >= s->r)
+			return no(s, "Slice '%s' cuts axis %lld, which is not a channel or spatial axis", nname(n),
+				  (long long)x);
+		chan |= x == 1;
+		if (x > 1 && s->B < 0)
+			return no(s, "the batch is dynamic and Slice '%s' cuts a spatial axis the 1x1 layout flattens",
+				  nname(n));
+	}
+	int orank = g_dims(s->c, s->tg, n->output[0], s->dims, d);
+	int64_t ch = !chan ? a->ch : orank == s->r ? d[1] : -1;
+	if (s->dry) {
+		put(s, n->output[0], V_STACK, NULL, ch);
+		return 1;
+	}
+	const char *in[5] = { stacked(s, a) };
+	for (size_t j = 1; j < n->n_input && j < 5; j++)
+		if (*n->input[j] && !(in[j] = copy_const(s, i, j)))
+			return -1;
+	size_t nin = n->n_input;
+	if (s->B < 0) {
+		for (long q = 0; q < ns; q++)
+			ax[q] = 2; /* the channel axis: no other passed the dry walk */
+		in[3] = emit_i64(&s->em, "axes", ax, (size_t)ns, 0);
+		nin = nin < 4 ? 4 : nin;
+	} else if (chan) {
+		in[0] = per_slot(s, in[0]);
+	}
+	const char *y = reemit(s, n, in, nin);
+	put(s, n->output[0], V_STACK, s->B >= 0 && chan ? flat(s, y) : y, ch);
+	return 1;
+}
+
 /* Inference BatchNormalization left unfolded: its four per-channel
  * constants gathered like a Conv bias. */
 static int batchnorm(S *s, size_t i)
@@ -766,6 +861,10 @@ static int walk(S *s)
 			r = conv(s, i);
 		else if (is_op(n, UNARY) || is_op(n, POOL))
 			r = unary(s, i);
+		else if (g_is(n, "Concat"))
+			r = concat(s, i);
+		else if (g_is(n, "Slice") && s->c->opset >= 10)
+			r = slice(s, i);
 		else if (g_is(n, "BatchNormalization"))
 			r = batchnorm(s, i);
 		else if (is_op(n, BINARY))
@@ -912,6 +1011,15 @@ int moe_sparse(Ctx *c, Layer *L, WSrc *w, Map *dims, LayerReport *lr, Err *e)
 	if (c->opset < 11) {
 		lr->fallback = arena_printf(c->a, "opset %d is older than 11", c->opset);
 		return 0;
+	}
+	/* The new nodes go to the main graph: what they read must live there. */
+	const char *reads[] = { L->x, L->indices, L->weights, L->wmask ? L->wmask : L->x };
+	for (size_t i = 0; i < 4; i++) {
+		Val *v = g_val(c->g, reads[i]);
+		if (!v || v->g != c->g) {
+			lr->fallback = arena_printf(c->a, "'%s' is computed inside an If body", reads[i]);
+			return 0;
+		}
 	}
 	int64_t xd[DIMS_MAX];
 	int xr = g_dims(c, c->g, L->x, dims, xd);

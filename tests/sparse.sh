@@ -107,8 +107,9 @@ dispatches "$T/dyn.json" >"$T/disp"
 # Expert ops the corpus lacks, checked against NumPy references
 # (bench/gen.py): unfolded BatchNormalization, Clip with constant bounds,
 # MaxPool, a per-channel scale from the checkpoint and a residual Add of the
-# expert's input, at static batches of 1 and 3; plain experts at batch 4.
-for args in "--expert mixed" "--expert mixed --batch 3" "--batch 4"; do
+# expert's input, at static batches of 1 and 3; GhostNet's channel Concat
+# and Slice at batch 3; plain experts at batch 4.
+for args in "--expert mixed" "--expert mixed --batch 3" "--batch 4" "--expert ghost --batch 3"; do
 	gen=$T/gen
 	rm -rf "$gen"
 	gw="generated ($args)"
@@ -122,6 +123,24 @@ for args in "--expert mixed" "--expert mixed --batch 3" "--batch 4"; do
 	grep -qv '^sparse -$' "$T/disp" && fail "$gw: a layer is not sparse: $(head -n 1 "$T/disp")" ||
 		ok "$gw: both layers sparse"
 done
+
+# The ghost model (the loop's last) with its batch declared dynamic: its first layer takes the
+# 1x1 layout (batched MatMul, Concat and Slice on the channel axis 2) and is
+# still right at batch 3.
+"$py" - "$gen/broken.onnx" "$T/ghostdyn.onnx" <<'PY'
+import sys
+import onnx
+m = onnx.load(sys.argv[1])
+for v in list(m.graph.input) + list(m.graph.output):
+    v.type.tensor_type.shape.dim[0].dim_param = "batch"
+onnx.save(m, sys.argv[2])
+PY
+expect 0 "ghost, dynamic batch: sparse repair" -- "$BIN" -q "$T/ghostdyn.onnx" --experts "$gen/experts.yaml" \
+	-o "$T/ghostdyn.out.onnx" --dispatch sparse
+[ "$(opcount "$T/ghostdyn.out.onnx" MatMul)" -gt 0 ] && ok "ghost, dynamic batch: the 1x1 layout (MatMul)" ||
+	fail "ghost, dynamic batch: no MatMul, the 1x1 layout was not taken"
+"$node" "$cmp" "$T/ghostdyn.out.onnx" "$gen" --max 1e-4 >"$T/ort" 2>&1 && ok "ghost, dynamic batch: right at batch 3" ||
+	fail "ghost, dynamic batch: $(tail -n 1 "$T/ort")"
 
 # External data: weights read from the input's data file, the stacked
 # tensors written to --external-data, once.
