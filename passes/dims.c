@@ -21,6 +21,33 @@ typedef struct {
 
 static const Dims UNKNOWN = { -1, { 0 } };
 
+/* Sizes past this are taken as unknown, and attributes and constants a rule
+ * computes with are bounded likewise: every sum and product below stays far
+ * inside int64_t, whatever a hostile model declares. */
+#define DLIM ((int64_t)1 << 40)
+#define ALIM ((int64_t)1 << 30)
+
+static int64_t known(int64_t d)
+{
+	return d < 0 || d > DLIM ? -1 : d;
+}
+
+/* a * b, -1 when either is unknown or the product passes DLIM. */
+static int64_t mul(int64_t a, int64_t b)
+{
+	if (a < 0 || b < 0)
+		return -1;
+	return b && a > DLIM / b ? -1 : a * b;
+}
+
+static int bounded(const int64_t *v, long n, int64_t lo, int64_t hi)
+{
+	for (long i = 0; i < n; i++)
+		if (v[i] < lo || v[i] > hi)
+			return 0;
+	return 1;
+}
+
 static Dims unknown_rank(int r)
 {
 	Dims o = { r < 0 || r > DIMS_MAX ? -1 : r, { 0 } };
@@ -35,7 +62,7 @@ static Dims of_tensor(const Tensor *t)
 		return UNKNOWN;
 	Dims o = { (int)t->n_dims, { 0 } };
 	for (size_t i = 0; i < t->n_dims; i++)
-		o.d[i] = t->dims[i];
+		o.d[i] = known(t->dims[i]);
 	return o;
 }
 
@@ -45,8 +72,8 @@ static Dims of_shape(const Onnx__TensorShapeProto *s)
 		return UNKNOWN;
 	Dims o = unknown_rank((int)s->n_dim);
 	for (size_t i = 0; i < s->n_dim; i++)
-		if (s->dim[i]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && s->dim[i]->dim_value >= 0)
-			o.d[i] = s->dim[i]->dim_value;
+		if (s->dim[i]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+			o.d[i] = known(s->dim[i]->dim_value);
 	return o;
 }
 
@@ -154,7 +181,8 @@ static int64_t norm_axis(int64_t a, int r)
 static int64_t window(int64_t x, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe, const char *autopad,
 		      int ceil_mode)
 {
-	if (x < 0 || k <= 0 || s <= 0)
+	if (x < 0 || k <= 0 || k > ALIM || s <= 0 || s > ALIM || d <= 0 || d > ALIM || pb < 0 || pb > ALIM ||
+	    pe < 0 || pe > ALIM)
 		return -1;
 	if (autopad && (!strcmp(autopad, "SAME_UPPER") || !strcmp(autopad, "SAME_LOWER")))
 		return (x + s - 1) / s;
@@ -193,7 +221,7 @@ static Dims windowed(Ctx *c, const Graph *g, const Node *n, const Dims *x, const
 		if (!w || w->rank != x->rank)
 			return o;
 		int64_t grp = g_attr_i(n, "group", 1);
-		o.d[1] = g_is(n, "Conv") ? w->d[0] : w->d[1] >= 0 ? w->d[1] * grp : -1;
+		o.d[1] = g_is(n, "Conv") ? w->d[0] : mul(w->d[1], grp);
 		if (nk < 0)
 			for (int i = 0; i < sp; i++)
 				k[i] = w->d[2 + i];
@@ -219,7 +247,8 @@ static Dims windowed(Ctx *c, const Graph *g, const Node *n, const Dims *x, const
 	if (np < 0)
 		for (int i = 0; i < 2 * sp; i++)
 			p[i] = 0;
-	if ((ns >= 0 && ns != sp) || (nd >= 0 && nd != sp) || (np >= 0 && np != 2 * sp))
+	if ((ns >= 0 && ns != sp) || (nd >= 0 && nd != sp) || (np >= 0 && np != 2 * sp) || !bounded(k, sp, 1, ALIM) ||
+	    !bounded(s, sp, 1, ALIM) || !bounded(dl, sp, 1, ALIM) || !bounded(p, 2 * sp, 0, ALIM))
 		return o;
 	const char *ap = autopad_of(c, n);
 	int ceil_mode = (int)g_attr_i(n, "ceil_mode", 0);
@@ -228,7 +257,8 @@ static Dims windowed(Ctx *c, const Graph *g, const Node *n, const Dims *x, const
 		if (g_is(n, "ConvTranspose")) {
 			int64_t op[DIMS_MAX];
 			long no = ints(g, n, 99, "output_padding", op, DIMS_MAX);
-			if (g_attr(n, "output_shape") || (ap && strcmp(ap, "NOTSET")) || xi < 0)
+			if (g_attr(n, "output_shape") || (ap && strcmp(ap, "NOTSET")) || xi < 1 ||
+			    (no == sp && !bounded(op, sp, 0, ALIM)))
 				continue;
 			o.d[2 + i] = s[i] * (xi - 1) + (no == sp ? op[i] : 0) + (k[i] - 1) * dl[i] + 1 - p[i] - p[sp + i];
 		} else {
@@ -262,7 +292,7 @@ static Dims slice(const Graph *g, const Node *n, const Dims *x, int opset)
 	}
 	for (long i = 0; i < ns; i++) {
 		int64_t a = na == -2 ? i : norm_axis(ax[i], x->rank), step = nst == -2 ? 1 : sp[i];
-		if (a < 0 || a >= x->rank || step == 0)
+		if (a < 0 || a >= x->rank || step == 0 || step > DLIM || step < -DLIM)
 			return unknown_rank(x->rank);
 		int64_t d = x->d[a];
 		if (d < 0) {
@@ -335,25 +365,25 @@ static Dims compute(Ctx *c, const Graph *g, const Node *n, size_t out, Map *memo
 		if (s.rank > DIMS_MAX)
 			return UNKNOWN;
 		Dims o = s;
-		int64_t total = r < 0 ? -1 : 1, known = 1, neg = -1;
+		int64_t total = r < 0 ? -1 : 1, part = 1, neg = -1;
 		for (int i = 0; i < r; i++)
-			if (x->d[i] < 0)
-				total = -1;
-			else if (total >= 0)
-				total *= x->d[i];
+			total = mul(total, x->d[i]);
 		int allowzero = (int)g_attr_i(n, "allowzero", 0);
+		for (int i = 0; i < s.rank; i++)
+			if (s.d[i] < -1)
+				return unknown_rank(s.rank);
 		for (int i = 0; i < s.rank; i++) {
+			if (s.d[i] != -1)
+				s.d[i] = known(s.d[i]), o.d[i] = s.d[i];
 			if (s.d[i] == 0 && !allowzero)
 				o.d[i] = i < r ? x->d[i] : -1;
 			if (s.d[i] == -1)
 				neg = i;
-			else if (o.d[i] < 0)
-				known = 0;
 			else
-				known *= o.d[i];
+				part = mul(part, o.d[i]);
 		}
 		if (neg >= 0)
-			o.d[neg] = total >= 0 && known > 0 ? total / known : -1;
+			o.d[neg] = total >= 0 && part > 0 ? total / part : -1;
 		return o;
 	}
 	if (g_is(n, "Concat")) {
@@ -368,7 +398,7 @@ static Dims compute(Ctx *c, const Graph *g, const Node *n, size_t out, Map *memo
 			int64_t a = norm_axis(g_attr_i(n, "axis", 0), v->rank);
 			if (a < 0 || a >= v->rank)
 				return UNKNOWN;
-			sum = sum < 0 || v->d[a] < 0 ? -1 : sum + v->d[a];
+			sum = sum < 0 || v->d[a] < 0 ? -1 : known(sum + v->d[a]);
 			for (int q = 0; q < v->rank; q++)
 				if (q != a && o.d[q] < 0)
 					o.d[q] = v->d[q];
@@ -418,17 +448,18 @@ static Dims compute(Ctx *c, const Graph *g, const Node *n, size_t out, Map *memo
 		}
 		if (ks == r)
 			for (int i = 0; i < r; i++)
-				o.d[i] = x->d[i] < 0 ? -1 : (int64_t)floor((double)x->d[i] * sc[i]);
+				o.d[i] = x->d[i] < 0 || !(sc[i] >= 0 && sc[i] <= (double)ALIM) ? -1
+					 : known((int64_t)floor((double)x->d[i] * sc[i]));
 		return o;
 	}
 	if (g_is(n, "Pad")) {
 		int64_t p[2 * DIMS_MAX];
 		long k = c->opset >= 11 ? ints(g, n, 1, NULL, p, 2 * DIMS_MAX) : ints(g, n, 99, "pads", p, 2 * DIMS_MAX);
-		if (k != 2 * r || (n->n_input > 3 && *n->input[3]))
+		if (k != 2 * r || (n->n_input > 3 && *n->input[3]) || !bounded(p, k, -DLIM, DLIM))
 			return unknown_rank(r);
 		Dims o = *x;
 		for (int i = 0; i < r; i++)
-			o.d[i] = x->d[i] < 0 ? -1 : x->d[i] + p[i] + p[r + i];
+			o.d[i] = x->d[i] < 0 ? -1 : known(x->d[i] + p[i] + p[r + i]);
 		return o;
 	}
 	if (g_is(n, "Flatten")) {
@@ -437,7 +468,7 @@ static Dims compute(Ctx *c, const Graph *g, const Node *n, size_t out, Map *memo
 			return UNKNOWN;
 		for (int i = 0; i < r; i++) {
 			int64_t *p = i < a ? &p0 : &p1;
-			*p = *p < 0 || x->d[i] < 0 ? -1 : *p * x->d[i];
+			*p = mul(*p, x->d[i]);
 		}
 		Dims o = { 2, { p0, p1 } };
 		return o;
@@ -572,7 +603,7 @@ static Dims compute(Ctx *c, const Graph *g, const Node *n, size_t out, Map *memo
 			return unknown_rank(r);
 		Dims o = *x;
 		for (int i = 0; i < r; i++)
-			o.d[i] = x->d[i] < 0 ? -1 : x->d[i] * rep[i];
+			o.d[i] = mul(x->d[i], rep[i]);
 		return o;
 	}
 	if (g_is(n, "TopK")) {
@@ -665,6 +696,8 @@ int g_dims(Ctx *c, const Graph *g, const char *name, Map *memo, int64_t *dims)
 							d->d[i] = s.d[i];
 			}
 		}
+		for (int i = 0; i < d->rank; i++)
+			d->d[i] = known(d->d[i]);
 		map_put(memo, it.name, d);
 		n--;
 	}

@@ -394,11 +394,22 @@ static const char *reemit(S *s, const Node *n, const char *const *in, size_t nin
 	return m->output[0];
 }
 
+/* Sizes the rewrite computes with; -1 when unknown or past any real
+ * tensor (a hostile model's dims must not overflow a product). */
+#define SLIM ((int64_t)1 << 40)
+
+static int64_t mul(int64_t a, int64_t b)
+{
+	if (a < 0 || b < 0)
+		return -1;
+	return b && a > SLIM / b ? -1 : a * b;
+}
+
 static int64_t numel(const int64_t *d, int n)
 {
 	int64_t p = 1;
 	for (int i = 0; i < n; i++)
-		p = d[i] < 0 || p < 0 ? -1 : p * d[i];
+		p = mul(p, d[i]);
 	return p;
 }
 
@@ -412,7 +423,7 @@ static int conv(S *s, size_t i)
 		return no(s, "Conv '%s' does not read a value and a constant weight", nname(n));
 	int64_t wd[DIMS_MAX], grp = g_attr_i(n, "group", 1);
 	int wr = g_dims(s->c, s->tg, n->input[1], s->dims, wd);
-	if (wr != s->r || numel(wd, wr) != g_tensor_numel(wt) || grp < 1)
+	if (wr != s->r || numel(wd, wr) != g_tensor_numel(wt) || grp < 1 || mul(s->N, wd[0]) < 0 || mul(s->N, grp) < 0)
 		return no(s, "Conv '%s' has a weight of rank %d, its data rank %d", nname(n), wr, s->r);
 	int hasb = n->n_input > 2 && *n->input[2];
 	const Tensor *bt = hasb ? tpl_tensor(s, i, 2, &ni, &si) : NULL;
@@ -678,7 +689,7 @@ static int operand(S *s, size_t i, size_t j, int64_t ch, const char **out, int64
 	 * where channels of all slots share one axis. */
 	int64_t wide = per;
 	if (per == 1 && s->B >= 0) {
-		if (ch < 1)
+		if (ch < 1 || ch > (1 << 24))
 			return no(s, "%s '%s' reads one value per expert for a tensor of unknown channel count",
 				  n->op_type, nname(n));
 		wide = ch;
@@ -770,7 +781,8 @@ static int groupnorm(S *s, size_t iend, Node *in)
 	SVal *a = lookup(s, r1->input[0]);
 	int64_t sh[4];
 	long k = g_const_ints(s->tg, r1->input[1], sh, 4);
-	if (!a || a->kind == V_CONST || k != 3 || sh[0] != 0 || sh[1] < 1 || sh[2] != -1)
+	if (!a || a->kind == V_CONST || k != 3 || sh[0] != 0 || sh[1] < 1 || sh[2] != -1 ||
+	    mul(s->B < 0 ? s->k : s->N, sh[1]) < 0)
 		return no(s, "GroupNorm '%s' reshapes to a shape other than [0, G, -1]", nname(in));
 	int64_t G = sh[1];
 	for (size_t j = 1; j < 3; j++) {
@@ -1028,6 +1040,8 @@ int moe_sparse(Ctx *c, Layer *L, WSrc *w, Map *dims, LayerReport *lr, Err *e)
 	else if (xr != s.r)
 		no(&s, "the rank of the layer input '%s' is unknown", L->x);
 	s.B = s.why || xd[0] < 1 ? -1 : xd[0];
+	if (s.B > (1 << 20))
+		no(&s, "a static batch of %lld is too large to fold into channels", (long long)s.B);
 	s.N = s.B * s.k;
 	s.x.ch = s.why ? -1 : xd[1];
 	if (!s.why && !per_sample(&s))
