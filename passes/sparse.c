@@ -423,7 +423,8 @@ static int conv(S *s, size_t i)
 		return no(s, "Conv '%s' does not read a value and a constant weight", nname(n));
 	int64_t wd[DIMS_MAX], grp = g_attr_i(n, "group", 1);
 	int wr = g_dims(s->c, s->tg, n->input[1], s->dims, wd);
-	if (wr != s->r || numel(wd, wr) != g_tensor_numel(wt) || grp < 1 || mul(s->N, wd[0]) < 0 || mul(s->N, grp) < 0)
+	if (wr != s->r || numel(wd, wr) != g_tensor_numel(wt) || grp < 1 ||
+	    (s->B >= 0 && (mul(s->N, wd[0]) < 0 || mul(s->N, grp) < 0)))
 		return no(s, "Conv '%s' has a weight of rank %d, its data rank %d", nname(n), wr, s->r);
 	int hasb = n->n_input > 2 && *n->input[2];
 	const Tensor *bt = hasb ? tpl_tensor(s, i, 2, &ni, &si) : NULL;
