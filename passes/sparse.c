@@ -423,9 +423,12 @@ static int conv(S *s, size_t i)
 		return no(s, "Conv '%s' does not read a value and a constant weight", nname(n));
 	int64_t wd[DIMS_MAX], grp = g_attr_i(n, "group", 1);
 	int wr = g_dims(s->c, s->tg, n->input[1], s->dims, wd);
-	if (wr != s->r || numel(wd, wr) != g_tensor_numel(wt) || grp < 1 ||
-	    (s->B >= 0 && (mul(s->N, wd[0]) < 0 || mul(s->N, grp) < 0)))
-		return no(s, "Conv '%s' has a weight of rank %d, its data rank %d", nname(n), wr, s->r);
+	if (wr != s->r || numel(wd, wr) != g_tensor_numel(wt) || grp < 1)
+		return no(s, "Conv '%s' has a weight of rank %d (its data has rank %d) or a group of %lld", nname(n), wr,
+			  s->r, (long long)grp);
+	if (s->B >= 0 && (mul(s->N, wd[0]) < 0 || mul(s->N, grp) < 0))
+		return no(s, "Conv '%s' would need %lld x %lld output channels", nname(n), (long long)s->N,
+			  (long long)wd[0]);
 	int hasb = n->n_input > 2 && *n->input[2];
 	const Tensor *bt = hasb ? tpl_tensor(s, i, 2, &ni, &si) : NULL;
 	if (hasb && (!bt || g_tensor_numel(bt) != wd[0]))
