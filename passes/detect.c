@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "flow.h"
+#include "infer.h"
 #include "moe.h"
 
 const char *expert_path(Ctx *c, const SpecLayer *s, int id)
@@ -882,7 +883,7 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, const char *view, E
 			}
 		}
 		/* The slot axis is 1; exporters of axis=-1 routers write -1. */
-		int wr = g_rank(sg, m.wsum_w, 0);
+		int wr = g_ty_rank(sg, m.wsum_w);
 		if (na == 1 && ax[0] < 0 && wr > 0)
 			ax[0] += wr;
 		if (!red || !g_is(red, "ReduceSum") || na != 1 || ax[0] != 1)
@@ -1102,10 +1103,13 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 	L->topk_k = -1;
 	L->width = -1;
 	int64_t k;
-	if (t->n_input > 1 && const_int1(c->g, t->input[1], &k))
+	if (t->n_input > 1 && (const_int1(c->g, t->input[1], &k) || g_ty_val(c->g, t->input[1], 0, &k)))
 		L->topk_k = k;
 	else if (t->n_input == 1)
 		L->topk_k = g_attr_i(t, "k", -1);
+	/* The router's width: the size of the axis TopK picks from. */
+	if (t->n_input > 0)
+		L->width = g_ty_dim(c->g, t->input[0], g_attr_i(t, "axis", -1));
 	Views w = { .a = c->ia };
 	Map reached;
 	map_init(&reached, c->ia, 32);
@@ -1156,9 +1160,9 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 	}
 	if (L->form == FORM_MASKSUM)
 		L->x = L->ex[0].in;
-	L->rank = g_rank(L->ex[0].g, L->ex[0].out, 0);
+	L->rank = g_ty_rank(L->ex[0].g, L->ex[0].out);
 	if (L->rank < 0)
-		L->rank = g_rank(g_graph_of(c, L->ex[0].mul), L->ex[0].prod, 0);
+		L->rank = g_ty_rank(g_graph_of(c, L->ex[0].mul), L->ex[0].prod);
 	if (L->rank < 1)
 		return errf(e, "layer %s: cannot tell the rank of expert %d's output '%s'; add value_info for it",
 			    L->scope, L->ex[0].id, L->ex[0].out);

@@ -150,7 +150,6 @@ const char *emit_ones_shape(Emit *m, int rank); /* [-1, 1, ..., 1] */
 
 /* Helpers shared by the MoE passes. */
 const char *expert_path(Ctx *c, const SpecLayer *s, int id); /* "model.0.experts.3" */
-int g_rank(const Graph *g, const char *name, int depth);     /* -1 unknown */
 
 /* Static dimensions of a value (dims.c): fills dims[0..rank) with sizes,
  * -1 where unknown, and returns the rank, -1 when unknown. memo (map_init'ed

@@ -162,7 +162,9 @@ static void flush(AFile *f)
 
 void afile_write(AFile *f, const void *p, size_t n)
 {
-	if (f->err)
+	/* An empty tensor's raw_data is (NULL, 0): memcpy from NULL is
+	 * undefined even for 0 bytes. */
+	if (f->err || !n)
 		return;
 	f->written += n;
 	if (n >= AFILE_BUF - f->nbuf) {

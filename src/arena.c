@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 /* Blocks are chained; big requests get a block of their own so a 1 GB
  * initializer does not waste a tail of the current block. */
@@ -21,26 +23,106 @@ struct Block {
 struct Arena {
 	Block *head;
 	size_t total;
+	size_t over; /* first request past the budget or refused by malloc, 0: none */
 };
 
-static Block *block_new(size_t cap)
+/* The budget (0: not chosen yet) and the bytes all arenas hold. */
+static size_t limit, held;
+/* Given back to malloc when it first fails, so an unchecked allocation
+ * can still be served until the caller's next arena_check. */
+static void *reserve;
+enum { RESERVE = 32 << 20 };
+
+static size_t default_budget(void)
 {
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	size_t b = pages > 0 && psz > 0 ? (size_t)pages / 2 * (size_t)psz : (size_t)1 << 32;
+	/* Under an address-space or data limit (ulimit -v, prlimit --as,
+	 * a batch scheduler's cap) the mappings of the inputs and the
+	 * program need room too: a quarter of the limit is left for them. */
+	const int res[] = { RLIMIT_AS, RLIMIT_DATA };
+	for (int i = 0; i < 2; i++) {
+		struct rlimit r;
+		if (getrlimit(res[i], &r) == 0 && r.rlim_cur != RLIM_INFINITY && r.rlim_cur / 4 * 3 < b)
+			b = (size_t)(r.rlim_cur / 4 * 3);
+	}
+	return b;
+}
+
+size_t arena_budget(void)
+{
+	if (!limit)
+		limit = default_budget();
+	return limit;
+}
+
+void arena_set_budget(size_t bytes)
+{
+	limit = bytes;
+}
+
+size_t arena_held(void)
+{
+	return held;
+}
+
+int arena_budget_err(Err *e, size_t n)
+{
+	return errf(e, "needs %zu bytes of memory, more than the memory budget allows (%zu MiB of %zu MiB in use); the input is hostile or damaged, or raise --max-memory",
+		    n, held >> 20, arena_budget() >> 20);
+}
+
+static int fits(size_t n)
+{
+	size_t b = arena_budget();
+	return n <= b && held <= b - n;
+}
+
+/* checked: NULL when the block would pass the budget or malloc fails.
+ * Unchecked: past the budget the arena records the overrun and the block
+ * is allocated all the same; a failing malloc spends the reserve once. */
+static Block *block_new(Arena *a, size_t cap, int checked)
+{
+	if (cap > SIZE_MAX - sizeof(Block)) {
+		if (checked)
+			return NULL;
+		fprintf(stderr, "onnx-moe-repair: out of memory (%zu bytes)\n", cap);
+		abort();
+	}
+	size_t sz = sizeof(Block) + cap;
+	if (!fits(sz)) {
+		if (checked)
+			return NULL;
+		if (a && !a->over)
+			a->over = cap;
+	}
 	/* Big blocks (new weights) in transparent huge pages where the kernel
 	 * offers them: one fault per 2 MiB instead of 512 shows in a 1 GB repair. */
 	enum { HUGE = 2 << 20 };
 	Block *b = NULL;
-	if (cap >= 2 * HUGE) {
-		if (posix_memalign((void **)&b, HUGE, sizeof *b + cap))
-			b = NULL;
-		else
-			madvise(b, sizeof *b + cap, MADV_HUGEPAGE);
-	} else {
-		b = malloc(sizeof *b + cap);
+	for (int tries = 0; !b && tries < 2; tries++) {
+		if (cap >= 2 * HUGE) {
+			if (posix_memalign((void **)&b, HUGE, sz))
+				b = NULL;
+			else
+				madvise(b, sz, MADV_HUGEPAGE);
+		} else {
+			b = malloc(sz);
+		}
+		if (b || checked || !reserve)
+			break;
+		free(reserve);
+		reserve = NULL;
+		if (a && !a->over)
+			a->over = cap;
 	}
 	if (!b) {
+		if (checked)
+			return NULL;
 		fprintf(stderr, "onnx-moe-repair: out of memory (%zu bytes)\n", cap);
 		abort();
 	}
+	held += sz;
 	b->next = NULL;
 	b->cap = cap;
 	b->used = 0;
@@ -49,10 +131,12 @@ static Block *block_new(size_t cap)
 
 Arena *arena_new(void)
 {
+	if (!reserve)
+		reserve = malloc(RESERVE);
 	Arena *a = calloc(1, sizeof *a);
 	if (!a)
 		abort();
-	a->head = block_new(BLOCK);
+	a->head = block_new(a, BLOCK, 0);
 	return a;
 }
 
@@ -62,28 +146,36 @@ void arena_free(Arena *a)
 		return;
 	for (Block *b = a->head, *n; b; b = n) {
 		n = b->next;
+		held -= sizeof *b + b->cap;
 		free(b);
 	}
 	free(a);
 }
 
-void *arena_alloc_raw(Arena *a, size_t n)
+static void *alloc(Arena *a, size_t n, int checked)
 {
 	size_t need = (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
-	if (need < n)
+	if (need < n) {
+		if (checked)
+			return NULL;
 		abort();
+	}
 	Block *b = a->head;
 	if (b->cap - b->used < need) {
 		if (need > BLOCK / 4) {
 			/* Private block, linked behind the head so the head keeps serving small requests. */
-			Block *big = block_new(need);
+			Block *big = block_new(a, need, checked);
+			if (!big)
+				return NULL;
 			big->used = need;
 			big->next = b->next;
 			b->next = big;
 			a->total += need;
 			return big->data;
 		}
-		b = block_new(BLOCK);
+		b = block_new(a, BLOCK, checked);
+		if (!b)
+			return NULL;
 		b->next = a->head;
 		a->head = b;
 	}
@@ -91,6 +183,24 @@ void *arena_alloc_raw(Arena *a, size_t n)
 	b->used += need;
 	a->total += need;
 	return p;
+}
+
+void *arena_alloc_raw(Arena *a, size_t n)
+{
+	return alloc(a, n, 0);
+}
+
+void *arena_try(Arena *a, size_t n, Err *e)
+{
+	void *p = alloc(a, n ? n : 1, 1);
+	if (!p)
+		arena_budget_err(e, n);
+	return p;
+}
+
+int arena_check(const Arena *a, Err *e)
+{
+	return a->over ? arena_budget_err(e, a->over) : 0;
 }
 
 void *arena_alloc(Arena *a, size_t n)
@@ -142,8 +252,13 @@ size_t arena_used(const Arena *a)
 static void *pb_alloc(void *ud, size_t n)
 {
 	/* protobuf-c initialises what it allocates; zeroing 1 GB of weights twice
-	 * would show in the benchmark. */
-	return arena_alloc_raw(ud, n);
+	 * would show in the benchmark. It also handles NULL (the unpack
+	 * fails), so the budget is checked here for every allocation. */
+	Arena *a = ud;
+	void *p = alloc(a, n, 1);
+	if (!p && !a->over)
+		a->over = n;
+	return p;
 }
 
 static void pb_free(void *ud, void *p)

@@ -1,4 +1,5 @@
 #include "graph.h"
+#include "infer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,6 @@ static Graph *graph_new(Ctx *c, Onnx__GraphProto *gp, Graph *parent, Node *owner
 	g->owner = owner;
 	g->capnode = gp->n_node;
 	g->capinit = gp->n_initializer;
-	g->rank = &c->rank;
 	map_init(&g->val, c->ia, gp->n_node * 2 + gp->n_initializer + gp->n_input);
 	return g;
 }
@@ -52,14 +52,27 @@ static void add_use(Ctx *c, Val *v, Node *n, Graph *g)
 	v->use[v->nuse++] = (Use){ n, g };
 }
 
+/* Arrays of the index grow by doubling: growing by one element copied the
+ * whole array each time, quadratic time and arena memory (a model of
+ * 20 000 If nodes asked for gigabytes). */
+static void *grow_arr(Ctx *c, void *p, size_t n, size_t *cap, size_t elsize)
+{
+	if (n < *cap)
+		return p;
+	size_t nc = *cap ? *cap * 2 : 4;
+	p = arena_grow(c->ia, p, n * elsize, nc * elsize);
+	*cap = nc;
+	return p;
+}
+
 static void add_outer(Ctx *c, Graph *g, const char *name)
 {
-	/* Small lists: a body reads a handful of outer values. */
-	for (size_t i = 0; i < g->nouter; i++)
-		if (strcmp(g->outer[i], name) == 0)
-			return;
-	g->outer = arena_grow(c->ia, g->outer, g->nouter * sizeof *g->outer,
-			      (g->nouter + 1) * sizeof *g->outer);
+	if (!g->outerset.a)
+		map_init(&g->outerset, c->ia, 8);
+	if (map_get(&g->outerset, name))
+		return;
+	map_put(&g->outerset, name, (void *)1);
+	g->outer = grow_arr(c, g->outer, g->nouter, &g->capouter, sizeof *g->outer);
 	g->outer[g->nouter++] = name;
 }
 
@@ -126,8 +139,9 @@ static int index_graph(Ctx *c, Graph *g, Err *e)
 				body[nb++] = at->graphs[k];
 			for (size_t k = 0; k < nb; k++) {
 				Graph *s = graph_new(c, body[k], g, n);
-				g->sub = arena_grow(c->ia, g->sub, g->nsub * sizeof *g->sub,
-						    (g->nsub + 1) * sizeof *g->sub);
+				if (!pmap_get(&c->subidx, n))
+					pmap_put(&c->subidx, n, (void *)(uintptr_t)(g->nsub + 1));
+				g->sub = grow_arr(c, g->sub, g->nsub, &g->capsub, sizeof *g->sub);
 				g->sub[g->nsub++] = s;
 				if (index_graph(c, s, e))
 					return -1;
@@ -177,9 +191,11 @@ int g_reindex(Ctx *c, Err *e)
 	arena_free(c->ia);
 	c->ia = arena_new();
 	c->gen++;
+	c->inferred = 0;
 	map_init(&c->names, c->ia, gp->n_node * 3 + gp->n_initializer);
 	pmap_init(&c->nodeg, c->ia, gp->n_node);
 	pmap_init(&c->nodeidx, c->ia, gp->n_node);
+	pmap_init(&c->subidx, c->ia, 16);
 	c->g = graph_new(c, gp, NULL, NULL);
 	c->g->capnode = capnode;
 	c->g->capinit = capinit;
@@ -199,7 +215,6 @@ int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
 	c->a = a;
 	c->m = m;
 	c->opset = 1;
-	map_init(&c->rank, a, 64);
 	if (!m->graph)
 		return errf(e, "the model has no graph");
 	for (size_t i = 0; i < m->n_opset_import; i++) {
@@ -213,6 +228,18 @@ int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
 Graph *g_graph_of(const Ctx *c, const Node *n)
 {
 	return pmap_get(&c->nodeg, n);
+}
+
+size_t g_subs_of(const Ctx *c, const Graph *g, const Node *n, size_t *first)
+{
+	size_t i = (size_t)(uintptr_t)pmap_get(&c->subidx, n);
+	*first = i ? i - 1 : 0;
+	if (!i)
+		return 0;
+	size_t k = i - 1;
+	while (k < g->nsub && g->sub[k]->owner == n)
+		k++;
+	return k - (i - 1);
 }
 
 size_t g_pos(const Ctx *c, const Node *n)
@@ -597,7 +624,9 @@ int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e)
 		total += done;
 		if (dry || !done)
 			return total;
-		if (g_reindex(c, e))
+		/* Patterns that match on inferred types see the rewritten graph. */
+		int inferred = c->inferred;
+		if (g_reindex(c, e) || (inferred && g_infer(c, e)))
 			return -1;
 	}
 	return errf(e, "rewriting did not settle after 64 rounds; please report this model");
@@ -636,10 +665,9 @@ static void mark_live(Ctx *c, Graph *g, PMap *live, Map *liveval)
 		Graph *ng = g_graph_of(c, n);
 		for (size_t j = 0; j < n->n_input; j++)
 			want(c, ng, n->input[j], live, liveval, &stack, &ns, &cap);
-		for (size_t k = 0; k < ng->nsub; k++) {
+		size_t k0, nk = g_subs_of(c, ng, n, &k0);
+		for (size_t k = k0; k < k0 + nk; k++) {
 			Graph *s = ng->sub[k];
-			if (s->owner != n)
-				continue;
 			/* Everything a live body reads is live, and the body itself is
 			 * pruned against its own outputs. */
 			mark_live(c, s, live, liveval);
@@ -715,10 +743,8 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 			if (k < nin) {
 				dep = f->n->input[k];
 			} else {
-				size_t off = k - nin, seen = 0;
-				for (size_t s = 0; s < g->nsub && !dep; s++) {
-					if (g->sub[s]->owner != f->n)
-						continue;
+				size_t off = k - nin, seen = 0, s0, ns = g_subs_of(c, g, f->n, &s0);
+				for (size_t s = s0; s < s0 + ns && !dep; s++) {
 					if (off < seen + g->sub[s]->nouter)
 						dep = g->sub[s]->outer[off - seen];
 					seen += g->sub[s]->nouter;
@@ -750,156 +776,6 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 	for (size_t i = 0; i < n; i++)
 		pmap_put(&c->nodeidx, gp->node[i], (void *)(uintptr_t)(i + 1));
 	return 0;
-}
-
-/* ---- checker ---- */
-
-static int has_type(const Onnx__ValueInfoProto *vi)
-{
-	return vi->type && (vi->type->value_case != ONNX__TYPE_PROTO__VALUE__NOT_SET);
-}
-
-static int domain_known(const Ctx *c, const char *d)
-{
-	if (!d || !*d || strcmp(d, "ai.onnx") == 0)
-		d = "";
-	for (size_t i = 0; i < c->m->n_opset_import; i++) {
-		const char *od = c->m->opset_import[i]->domain;
-		if (!od || strcmp(od, "ai.onnx") == 0)
-			od = "";
-		if (strcmp(od, d) == 0)
-			return 1;
-	}
-	for (size_t i = 0; i < c->m->n_functions; i++)
-		if (c->m->functions[i]->domain && strcmp(c->m->functions[i]->domain, d) == 0)
-			return 1;
-	return 0;
-}
-
-/* Inputs and outputs of the default-domain ops the passes read, as every
- * opset allows them (counting optional ones, given or ""): the passes then
- * index node->input[] and ->output[] without checking each time. */
-static const struct {
-	const char *op;
-	unsigned char inmin, inmax, outmin, outmax;
-} ARITY[] = {
-	{ "Add", 2, 2, 1, 1 }, { "Sub", 2, 2, 1, 1 }, { "Mul", 2, 2, 1, 1 }, { "Div", 2, 2, 1, 1 },
-	{ "Pow", 2, 2, 1, 1 }, { "Equal", 2, 2, 1, 1 }, { "MatMul", 2, 2, 1, 1 },
-	{ "Cast", 1, 1, 1, 1 }, { "Identity", 1, 1, 1, 1 }, { "Relu", 1, 1, 1, 1 },
-	{ "Sigmoid", 1, 1, 1, 1 }, { "Softmax", 1, 1, 1, 1 }, { "LogSoftmax", 1, 1, 1, 1 },
-	{ "Sqrt", 1, 1, 1, 1 }, { "Exp", 1, 1, 1, 1 }, { "Neg", 1, 1, 1, 1 }, { "Abs", 1, 1, 1, 1 },
-	{ "Reciprocal", 1, 1, 1, 1 }, { "Clip", 1, 3, 1, 1 }, { "Max", 1, 255, 1, 1 },
-	{ "Min", 1, 255, 1, 1 }, { "Where", 3, 3, 1, 1 }, { "Gather", 2, 2, 1, 1 },
-	{ "GatherElements", 2, 2, 1, 1 }, { "ScatterElements", 3, 3, 1, 1 },
-	{ "ScatterND", 3, 3, 1, 1 }, { "TopK", 1, 2, 2, 2 }, { "Reshape", 1, 2, 1, 1 },
-	{ "Expand", 2, 2, 1, 1 }, { "Shape", 1, 1, 1, 1 }, { "Constant", 0, 0, 1, 1 },
-	{ "ConstantOfShape", 1, 1, 1, 1 }, { "Unsqueeze", 1, 2, 1, 1 }, { "Squeeze", 1, 2, 1, 1 },
-	{ "Concat", 1, 255, 1, 1 }, { "NonZero", 1, 1, 1, 1 }, { "Transpose", 1, 1, 1, 1 },
-	{ "Flatten", 1, 1, 1, 1 }, { "If", 1, 1, 1, 255 }, { "Conv", 2, 3, 1, 1 },
-};
-
-static const char *range(char *buf, size_t n, int lo, int hi)
-{
-	if (lo == hi)
-		snprintf(buf, n, "%d", lo);
-	else if (hi == 255)
-		snprintf(buf, n, "at least %d", lo);
-	else
-		snprintf(buf, n, "%d to %d", lo, hi);
-	return buf;
-}
-
-static int check_arity(const Node *n, const char *nn, Err *e)
-{
-	if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
-		return 0;
-	char r[32];
-	for (size_t i = 0; i < sizeof ARITY / sizeof *ARITY; i++) {
-		if (strcmp(n->op_type, ARITY[i].op))
-			continue;
-		if (n->n_input < ARITY[i].inmin || n->n_input > ARITY[i].inmax)
-			return errf(e, "node '%s' (%s) has %zu input%s; %s takes %s", nn, n->op_type, n->n_input,
-				    n->n_input == 1 ? "" : "s", n->op_type, range(r, sizeof r, ARITY[i].inmin, ARITY[i].inmax));
-		if (n->n_output < ARITY[i].outmin || n->n_output > ARITY[i].outmax)
-			return errf(e, "node '%s' (%s) has %zu output%s; %s gives %s", nn, n->op_type, n->n_output,
-				    n->n_output == 1 ? "" : "s", n->op_type, range(r, sizeof r, ARITY[i].outmin, ARITY[i].outmax));
-		return 0;
-	}
-	return 0;
-}
-
-static int check_graph(Ctx *c, Graph *g, int depth, Err *e)
-{
-	if (depth > 64)
-		return errf(e, "subgraphs nested more than 64 deep; refusing the model");
-	Onnx__GraphProto *gp = g->gp;
-	const char *gname = gp->name ? gp->name : "";
-	if (!g->parent) {
-		for (size_t i = 0; i < gp->n_input; i++)
-			if (!has_type(gp->input[i]))
-				return errf(e, "graph input '%s' has no type", gp->input[i]->name);
-		for (size_t i = 0; i < gp->n_output; i++)
-			if (!has_type(gp->output[i]))
-				return errf(e, "graph output '%s' has no type", gp->output[i]->name);
-	}
-	/* Values available so far in this scope: inputs, initializers, then
-	 * node outputs in order; enclosing scopes are looked up through g. */
-	Map here;
-	map_init(&here, c->a, gp->n_node * 2 + gp->n_initializer + gp->n_input);
-	for (size_t i = 0; i < gp->n_input; i++)
-		map_put(&here, gp->input[i]->name, (void *)1);
-	for (size_t i = 0; i < gp->n_initializer; i++)
-		map_put(&here, gp->initializer[i]->name, (void *)1);
-	for (size_t i = 0; i < gp->n_node; i++) {
-		Node *n = gp->node[i];
-		const char *nn = n->name && *n->name ? n->name : n->op_type;
-		if (!domain_known(c, n->domain))
-			return errf(e, "node '%s' (%s) uses domain '%s', which opset_import does not declare",
-				    nn, n->op_type, n->domain);
-		if (check_arity(n, nn, e))
-			return -1;
-		for (size_t j = 0; j < n->n_input; j++) {
-			const char *in = n->input[j];
-			if (!*in || map_get(&here, in))
-				continue;
-			int outer = 0;
-			for (Graph *h = g->parent; h && !outer; h = h->parent)
-				outer = map_get(&h->val, in) != NULL;
-			if (outer)
-				continue;
-			Val *v = map_get(&g->val, in);
-			if (v && v->def)
-				return errf(e, "node '%s' reads '%s' before node '%s' produces it (not in topological order)",
-					    nn, in, v->def->name ? v->def->name : v->def->op_type);
-			return errf(e, "node '%s' reads '%s', which nothing defines%s%s", nn, in,
-				    g->parent ? " in subgraph " : "", g->parent ? gname : "");
-		}
-		for (size_t k = 0; k < g->nsub; k++)
-			if (g->sub[k]->owner == n && check_graph(c, g->sub[k], depth + 1, e))
-				return -1;
-		for (size_t j = 0; j < n->n_output; j++) {
-			if (!*n->output[j])
-				continue;
-			if (map_get(&here, n->output[j]))
-				return errf(e, "value '%s' is produced twice (second time by node '%s')",
-					    n->output[j], nn);
-			map_put(&here, n->output[j], (void *)1);
-		}
-	}
-	for (size_t i = 0; i < gp->n_output; i++) {
-		const char *o = gp->output[i]->name;
-		if (map_get(&here, o) || (g->parent && g_val(g->parent, o)))
-			continue;
-		return errf(e, "graph output '%s' is not produced by any node", o);
-	}
-	return 0;
-}
-
-int g_check(Ctx *c, Err *e)
-{
-	if (c->m->n_opset_import == 0)
-		return errf(e, "the model declares no opset_import");
-	return check_graph(c, c->g, 0, e);
 }
 
 /* ---- module paths ---- */

@@ -18,6 +18,7 @@
 typedef Onnx__NodeProto Node;
 typedef Onnx__TensorProto Tensor;
 typedef struct Graph Graph;
+struct Ty; /* src/infer.h */
 
 typedef struct {
 	Node *n;   /* consumer */
@@ -34,6 +35,7 @@ typedef struct {
 	Graph *g;       /* graph defining it */
 	Use *use;
 	size_t nuse, capuse;
+	const struct Ty *ty; /* what g_infer found (src/infer.h); NULL before it runs */
 } Val;
 
 struct Graph {
@@ -42,11 +44,11 @@ struct Graph {
 	Node *owner;      /* the If/Loop/Scan holding this body, NULL for the main graph */
 	Map val;          /* name -> Val*, values defined here */
 	const char **outer; /* names read here (or deeper) but defined in an enclosing graph */
-	size_t nouter;
-	Graph **sub;
-	size_t nsub;
+	size_t nouter, capouter;
+	Map outerset;     /* the same names, for a constant-time "already there?" */
+	Graph **sub;      /* bodies of this graph's nodes, each node's together, in node order */
+	size_t nsub, capsub;
 	size_t capnode, capinit; /* capacities of gp->node / gp->initializer when grown by us */
-	Map *rank;        /* g_rank's memo (value name -> rank + 2), the Ctx's, kept across reindexing */
 };
 
 typedef struct {
@@ -57,10 +59,11 @@ typedef struct {
 	Map names;       /* every value and node name in the model, for g_fresh */
 	PMap nodeg;      /* Node* -> Graph* */
 	PMap nodeidx;    /* Node* -> position + 1 in its graph, for stable orders */
+	PMap subidx;     /* Node* -> index + 1 of its first body in its graph's sub[] */
 	Map fresh;       /* base name -> last suffix handed out */
 	Arena *ia;       /* the index (Graph, Val, maps), replaced by each g_reindex */
 	unsigned gen;    /* counts g_reindex calls: results that hold index objects record it */
-	Map rank;        /* see Graph.rank */
+	int inferred;    /* g_infer has run on the current index (Val.ty is filled) */
 	/* Reads a tensor kept in external data (the model's mapping of its
 	 * file); set after g_init by whoever loaded the model, NULL: unreadable. */
 	int (*ext)(void *ud, const Tensor *t, const void **p, size_t *n, Err *e);
@@ -75,6 +78,10 @@ void g_fini(Ctx *c);              /* frees the index; the model stays */
 /* Value lookup in g, then its enclosing graphs. */
 Val *g_val(const Graph *g, const char *name);
 Graph *g_graph_of(const Ctx *c, const Node *n);
+/* The bodies of node n (an If's two, a Loop's one), which lives in g:
+ * *first is their index in g->sub; returns how many. Constant time, so
+ * walks over every node need not scan every body of the graph. */
+size_t g_subs_of(const Ctx *c, const Graph *g, const Node *n, size_t *first);
 size_t g_pos(const Ctx *c, const Node *n); /* position in its graph's node list */
 
 /* Node helpers. */
@@ -134,7 +141,9 @@ typedef struct {
 	size_t stsize;
 } Pattern;
 
-/* Returns the number of rewrites (dry: of matches, nothing changed), or -1. */
+/* Returns the number of rewrites (dry: of matches, nothing changed), or -1.
+ * When inference had run before, each round's new index is inferred again,
+ * so matches read types of the graph as rewritten. */
 int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e);
 
 /* Dead-node elimination from the graph outputs, into subgraphs; drops
@@ -142,9 +151,14 @@ int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e);
 size_t g_dce(Ctx *c);
 /* Stable topological sort: keeps the current order where it is valid. */
 int g_toposort(Ctx *c, Graph *g, Err *e);
-/* Structural checker: one producer per value, every input defined before
- * use (or in an enclosing scope), domains declared in opset_import, graph
- * inputs/outputs typed. */
+/* The checker (src/check.c), run on the input before any pass and on the
+ * output: structure (one producer per value, every input defined before
+ * use or in an enclosing scope, domains declared, default-domain opset
+ * within what the compiled schema defines, arities, If branches), every
+ * tensor (dims, data length against dims and type, typed-field rules,
+ * external ranges), element types through the graph (inferred where not
+ * declared; runs g_infer when the index has none yet), and the attribute
+ * ranges of the ops the passes read and emit. */
 int g_check(Ctx *c, Err *e);
 
 /* Counts nodes of op (NULL: all) whose name lies under a module path

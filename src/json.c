@@ -1,11 +1,13 @@
 #include "json.h"
 
+#include <stdint.h>
 #include <string.h>
 
 typedef struct {
 	const char *p, *end, *start;
 	Arena *a;
 	Err *e;
+	size_t used0, maxmem;
 } J;
 
 static int fail(J *j, const char *what)
@@ -203,6 +205,14 @@ static JVal *value(J *j, int depth)
 		fail(j, "nesting too deep");
 		return NULL;
 	}
+	if (arena_used(j->a) - j->used0 > j->maxmem) {
+		fail(j, "the text needs more memory to parse than its length allows; it is hostile or damaged");
+		return NULL;
+	}
+	if (arena_check(j->a, j->e)) {
+		errwrap(j->e, "byte %zu", (size_t)(j->p - j->start));
+		return NULL;
+	}
 	ws(j);
 	JVal *v = arena_alloc(j->a, sizeof *v);
 	v->off = (size_t)(j->p - j->start);
@@ -237,7 +247,12 @@ static JVal *value(J *j, int depth)
 
 JVal *json_parse(const char *text, size_t len, Arena *a, Err *e)
 {
-	J j = { text, text + len, text, a, e };
+	return json_parse_limited(text, len, SIZE_MAX, a, e);
+}
+
+JVal *json_parse_limited(const char *text, size_t len, size_t maxmem, Arena *a, Err *e)
+{
+	J j = { text, text + len, text, a, e, arena_used(a), maxmem };
 	JVal *v = value(&j, 0);
 	if (!v)
 		return NULL;

@@ -23,6 +23,10 @@ struct JVal {
 
 /* Errors read "byte N: what". */
 JVal *json_parse(const char *text, size_t len, Arena *a, Err *e);
+/* The same, failing once the parse has allocated more than maxmem bytes
+ * (a text of small values takes ~40 bytes of tree per byte) or the
+ * memory budget is passed. */
+JVal *json_parse_limited(const char *text, size_t len, size_t maxmem, Arena *a, Err *e);
 /* A non-negative integer literal (no sign, fraction or exponent) that fits
  * in int64; -1 when v is anything else. */
 int json_uint(const JVal *v, int64_t *out);

@@ -1,13 +1,18 @@
 /* The command line: parse args -> model_load -> spec_load -> pipeline_run
  * -> model_save, per input. Only main prints and picks the exit status. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "afile.h"
 #include "arena.h"
@@ -23,9 +28,9 @@
 
 static const char usage[] =
 	"usage: onnx-moe-repair IN.onnx [IN2.onnx ...] [--experts experts.yaml] [--weights CKPT]\n"
-	"                       [-o OUT.onnx | -o DIR | -o -] [--check] [--report FILE.json]\n"
-	"                       [--emit-experts FILE] [--external-data FILE]\n"
-	"                       [--dispatch dense|sparse] [--no-check] [--no-sync] [--in-place]\n"
+	"                       [-o OUT.onnx | -o DIR | -o -] [--check] [--report FILE.json | --report -]\n"
+	"                       [--emit-experts FILE] [--external-data FILE] [--dispatch dense|sparse]\n"
+	"                       [--no-check] [--no-sync] [--in-place] [--max-memory SIZE]\n"
 	"                       [-q] [-v] [--help] [--version]\n"
 	"\n"
 	"Repairs Mixture-of-Experts ONNX models broken by torch.onnx.export tracing:\n"
@@ -42,7 +47,10 @@ static const char usage[] =
 	"  -o DIR            output folder, one file per input under its own name\n"
 	"  -o -              write the model to standard output\n"
 	"  --check           write nothing; exit 1 when something needs repair\n"
-	"  --report FILE     what was found and done, as JSON\n"
+	"  --report FILE     what was found and done, as one JSON document, one entry\n"
+	"                    per input (schema/report.schema.json)\n"
+	"  --report -        the same as JSON Lines on standard output: one object per\n"
+	"                    input, written as each input finishes\n"
 	"  --external-data FILE  write the initializers' inline data (>= 1 KiB: the\n"
 	"                    new experts' weights) to FILE, named relative to the\n"
 	"                    output's folder, at 4 KiB-aligned offsets; external data\n"
@@ -51,21 +59,26 @@ static const char usage[] =
 	"  --dispatch FORM   dense (default): every expert runs, the top-k are picked;\n"
 	"                    sparse: only the top-k experts run (gathered weights,\n"
 	"                    grouped Conv); layers it cannot express stay dense\n"
-	"  --no-check        skip the structural check of the output\n"
+	"  --no-check        skip the check of the output (the input is always checked)\n"
 	"  --no-sync         do not fsync the output: still replaced atomically, but\n"
 	"                    a power loss may lose it (for batch jobs that sync once)\n"
 	"  --in-place        replace the input (refused otherwise)\n"
+	"  --max-memory SIZE refuse an input that needs more memory than SIZE (bytes,\n"
+	"                    or with K, M, G, T: KiB ... TiB); default half the\n"
+	"                    physical memory, less under a lower ulimit -v\n"
 	"  --passthrough     load and write back without any pass (I/O test aid)\n"
 	"  -q, --quiet       no summary on stderr\n"
 	"  -v, --verbose     more detail: node counts, mapping check, timings\n"
 	"  -h, --help        this text\n"
 	"  -V, --version     the version\n"
 	"\n"
+	"Several inputs: each is processed even after one fails, each gets its\n"
+	"verdict or error line, and the exit status is the highest.\n"
 	"Exit status: 0 success (--check, diagnosis: nothing needs repair),\n"
 	"1 (--check, diagnosis only) something needs repair, 2 error.\n";
 
 typedef struct {
-	const char *experts, *weights, *emit, *out, *report, *extdata;
+	const char *experts, *weights, *emit, *out, *report, *extdata, *max_memory;
 	int check, no_check, in_place, quiet, verbose, passthrough, no_sync, sparse;
 	char **in;
 	int nin;
@@ -114,9 +127,34 @@ static char *out_path(Arena *a, const Args *g, const char *in)
 	return arena_printf(a, "%.*s.repaired.onnx", (int)n, in);
 }
 
+/* "512M", "4G", "1073741824": bytes, or KiB ... TiB with a suffix
+ * (an "iB" or "B" after it is allowed). 0 when malformed or under 1 MiB,
+ * which nothing useful fits in. */
+static size_t size_arg(const char *s)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (end == s || errno || *s == '-' || *s == '+' || *s == ' ')
+		return 0;
+	int shift = 0;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	}
+	if (shift && (!strcmp(end, "iB") || !strcmp(end, "B")))
+		end += strlen(end);
+	if (*end || v > (SIZE_MAX >> shift))
+		return 0;
+	size_t b = (size_t)v << shift;
+	return b < (1u << 20) ? 0 : b;
+}
+
 static int parse(Args *g, int argc, char **argv, Err *e)
 {
-	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA, O_NOSYNC, O_WEIGHTS, O_EMIT,
+	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA, O_NOSYNC, O_WEIGHTS, O_EMIT, O_MAXMEM,
 	       O_DISPATCH };
 	static const struct option opts[] = {
 		{ "experts", required_argument, NULL, O_EXPERTS },
@@ -131,6 +169,7 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		{ "external-data", required_argument, NULL, O_EXTDATA },
 		{ "no-sync", no_argument, NULL, O_NOSYNC },
 		{ "dispatch", required_argument, NULL, O_DISPATCH },
+		{ "max-memory", required_argument, NULL, O_MAXMEM },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -156,6 +195,7 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 				return errf(e, "--dispatch %s: give dense or sparse", optarg);
 			g->sparse = !strcmp(optarg, "sparse");
 			break;
+		case O_MAXMEM: g->max_memory = optarg; break;
 		case 'q': g->quiet = 1; break;
 		case 'v': g->verbose = 1; break;
 		case 'h': fputs(usage, stdout); exit(0);
@@ -202,11 +242,19 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		return errf(e, "--passthrough runs no pass; drop %s", g->experts ? "--experts" : g->weights ? "--weights" : "--emit-experts");
 	if (g->emit && g->nin > 1)
 		return errf(e, "--emit-experts names one file, for one input; run once per model");
+	if (g->max_memory) {
+		size_t b = size_arg(g->max_memory);
+		if (!b)
+			return errf(e, "--max-memory %s: give a size of at least 1M, in bytes or with K, M, G or T (KiB ... TiB)", g->max_memory);
+		arena_set_budget(b);
+	}
 	if (g->quiet)
 		g->verbose = 0;
 	for (int i = 0; i < g->nin; i++)
 		if (!strcmp(g->in[i], "-"))
 			return errf(e, "reading a model from standard input is not supported; pass a file");
+	if (g->report && !strcmp(g->report, "-") && g->out && !strcmp(g->out, "-"))
+		return errf(e, "--report - and -o - would both write to standard output; send the report to a file (--report FILE.json) or the model to one (-o OUT.onnx)");
 	if (g->nin > 1 && g->out && !strcmp(g->out, "-"))
 		return errf(e, "-o - takes a single input; use -o DIR for several");
 	if (g->nin > 1 && g->out && !is_dir(g->out))
@@ -252,7 +300,7 @@ static int clashes(const Args *g, Arena *a, Err *e)
 	char **in = arena_alloc(a, (size_t)g->nin * sizeof *in);
 	for (int i = 0; i < g->nin; i++)
 		in[i] = target(a, g->in[i]);
-	const char *rep = g->report ? target(a, g->report) : NULL;
+	const char *rep = g->report && strcmp(g->report, "-") ? target(a, g->report) : NULL;
 	for (int i = 0; i < g->nin; i++) {
 		if (rep && in[i] && !strcmp(rep, in[i]))
 			return errf(e, "--report %s is the input model %s; choose another report file", g->report, g->in[i]);
@@ -325,9 +373,65 @@ static int write_spec(const char *path, const Spec *s, Arena *a, Err *e)
 	return rc;
 }
 
+/* The folder part of a path: "." for a bare name, "/" for the root. */
+static const char *folder_of(Arena *a, const char *p)
+{
+	const char *s = strrchr(p, '/');
+	if (!s)
+		return ".";
+	return s == p ? "/" : arena_printf(a, "%.*s", (int)(s - p), p);
+}
+
+/* Two runs writing the same OUT with a data file (--external-data, or
+ * automatic past 2 GiB) each rename their data file, then their model,
+ * into place; interleaved, one run's model could end up over the other's
+ * data. An exclusive flock on the data file's folder, held from the data
+ * file's write to the model's, keeps each pair whole: the pair that lands
+ * last is one run's. Returns the descriptor holding the lock (closing it
+ * unlocks), -1 when the save writes no data file. Advisory only: where the
+ * folder cannot be opened (the save will say why) or the file system has
+ * no flock, the save goes ahead unlocked. */
+static int lock_data_folder(Arena *a, const Model *md, const char *out, const char *extdata)
+{
+	const char *data = extdata;
+	if (!strcmp(out, "-"))
+		return -1;
+	if (!data && protobuf_c_message_get_packed_size(&md->m->base) > INT32_MAX)
+		data = base_of(out); /* OUT.data beside OUT: only its folder matters */
+	if (!data)
+		return -1;
+	const char *dir = folder_of(a, arena_printf(a, "%s/%s", folder_of(a, out), data));
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	while (fd >= 0 && flock(fd, LOCK_EX) < 0 && errno == EINTR)
+		;
+	return fd;
+}
+
+/* One input's report entry: what main knows (input, output, status, the
+ * error) around the Report's members. oneline: a JSON Lines record. */
+static void entry(FILE *js, int oneline, const char *in, const char *out, const char *status, const char *err,
+                  const Report *r)
+{
+	fputs(oneline ? "{\"input\": " : "  {\"input\": ", js);
+	json_str(js, in);
+	fputs(", \"output\": ", js);
+	json_str(js, out);
+	fprintf(js, ", \"status\": \"%s\", ", status);
+	if (err) {
+		fputs("\"error\": ", js);
+		json_str(js, err);
+		fputs(", ", js);
+	}
+	if (oneline)
+		report_json_line(js, r);
+	else
+		report_json(js, r);
+	fputs(oneline ? "}\n" : "}", js);
+}
+
 /* One input, start to end. Returns its exit status (0, 1 damaged, 2). The
- * JSON entry goes to js while the Report's arena is alive. */
-static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e)
+ * JSON entry goes to js (when not NULL) while the Report's arena is alive. */
+static int run(const Args *g, const Spec *spec, const char *in, FILE *js, int oneline, Err *e)
 {
 	int given = spec || g->weights;
 	RunMode mode = g->check || (!given && !g->passthrough) ? (given ? RUN_CHECK : RUN_DIAGNOSE) : RUN_REPAIR;
@@ -363,13 +467,24 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 			goto done;
 		}
 	}
+	/* The passes allocate without a check each; an overrun of the
+	 * budget they made is refused here, before anything is written. */
+	if (arena_check(a, e) < 0) {
+		errwrap(e, "%s", in);
+		rc = 2;
+		goto done;
+	}
 	t2 = now();
 	if (g->emit && !g->passthrough && write_spec(g->emit, r.spec, a, e) < 0) {
 		rc = 2;
 		goto done;
 	}
 	if (mode == RUN_REPAIR) {
-		if (model_save_as(&md, out, g->extdata, (g->in_place ? SAVE_IN_PLACE : 0) | (g->no_sync ? SAVE_NO_SYNC : 0), e) < 0) {
+		int lk = lock_data_folder(a, &md, out, g->extdata);
+		int saved = model_save_as(&md, out, g->extdata, (g->in_place ? SAVE_IN_PLACE : 0) | (g->no_sync ? SAVE_NO_SYNC : 0), e);
+		if (lk >= 0)
+			close(lk);
+		if (saved < 0) {
 			rc = 2;
 			goto done;
 		}
@@ -379,6 +494,11 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, Err *e
 	t3 = now();
 done:
 	progress_done(&pg);
+	/* In a batch every error line names its input (a save error names
+	 * the output, a pass error the layer). */
+	size_t nin = strlen(in);
+	if (rc == 2 && g->nin > 1 && !(strncmp(e->msg, in, nin) == 0 && e->msg[nin] == ':'))
+		errwrap(e, "%s", in);
 	if (!g->quiet) {
 		/* After an error the Report is half filled ("Conv 7 -> 0"):
 		 * only -v shows how far it got. */
@@ -399,20 +519,10 @@ done:
 			fprintf(stderr, "%s: %zu bytes, %d external tensors; load %.3f s, passes %.3f s, save %.3f s; arena %.1f MiB\n",
 			        in, md.size, md.next, t1 - t0, t2 - t1, t3 - t2, arena_used(a) / 1048576.0);
 	}
-	if (js) {
-		fputs("  {\"input\": ", js);
-		json_str(js, in);
-		fputs(", \"output\": ", js);
-		json_str(js, rc == 2 ? NULL : out);
-		fprintf(js, ", \"status\": \"%s\", ", rc == 2 ? "error" : mode == RUN_REPAIR ? (r.changed ? "repaired" : "written") : r.damaged ? "damaged" : "intact");
-		if (rc == 2) {
-			fputs("\"error\": ", js);
-			json_str(js, e->msg);
-			fputs(", ", js);
-		}
-		report_json(js, &r);
-		fputs("}", js);
-	}
+	if (js)
+		entry(js, oneline, in, rc == 2 ? NULL : out,
+		      rc == 2 ? "error" : mode == RUN_REPAIR ? (r.changed ? "repaired" : "written") : r.damaged ? "damaged" : "intact",
+		      rc == 2 ? e->msg : NULL, &r);
 	if (loaded)
 		model_close(&md);
 	arena_free(a);
@@ -428,6 +538,38 @@ static int write_report(const char *path, const char *text, size_t n, Err *e)
 	return afile_commit(&f, e);
 }
 
+/* One JSON Lines record to standard output, under a POSIX record lock on
+ * the descriptor: parallel runs sharing one pipe or file (xargs -P) take
+ * it in turn, so their records never interleave, even past PIPE_BUF. A
+ * record lock, not flock: processes that inherited one descriptor share
+ * its flock, but each holds its own record lock. Where the descriptor
+ * takes no lock (a terminal), the record is written unlocked. */
+static int emit_line(const char *s, size_t n, Err *e)
+{
+	struct flock l = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	int locked;
+	while (!(locked = fcntl(STDOUT_FILENO, F_SETLKW, &l) == 0) && errno == EINTR)
+		;
+	int err = 0;
+	while (n && !err) {
+		ssize_t w = write(STDOUT_FILENO, s, n);
+		if (w < 0) {
+			if (errno != EINTR)
+				err = errno;
+			continue;
+		}
+		s += w;
+		n -= (size_t)w;
+	}
+	if (locked) {
+		l.l_type = F_UNLCK;
+		fcntl(STDOUT_FILENO, F_SETLK, &l);
+	}
+	if (err)
+		return errf(e, "--report -: cannot write to standard output: %s; check what reads it", strerror(err));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	/* With a file-size limit, a failing write() (EFBIG) lets us remove the
@@ -438,10 +580,13 @@ int main(int argc, char **argv)
 	if (parse(&g, argc, argv, &e) < 0)
 		return die(e.msg);
 
+	/* --report FILE: one document, built in memory and written at the
+	 * end, atomically. --report -: one record per input on stdout. */
+	int lines = g.report && !strcmp(g.report, "-");
 	char *jbuf = NULL;
 	size_t jlen = 0;
 	FILE *js = NULL;
-	if (g.report) {
+	if (g.report && !lines) {
 		js = open_memstream(&jbuf, &jlen);
 		if (!js)
 			return die("out of memory for the report");
@@ -460,31 +605,63 @@ int main(int argc, char **argv)
 	}
 	Spec spec, *sp = NULL;
 	int status = 0;
+	Err fe; /* what stops every input: e is reused per input */
 	const char *fatal = NULL;
 	if (g.experts) {
-		if (spec_load(&spec, g.experts, sa, &e) < 0) {
-			fatal = e.msg;
-			fprintf(stderr, "onnx-moe-repair: %s\n", e.msg);
+		if (spec_load(&spec, g.experts, sa, &fe) < 0) {
+			fatal = fe.msg;
+			fprintf(stderr, "onnx-moe-repair: %s\n", fe.msg);
 			status = 2;
 		} else {
 			sp = &spec;
 		}
 	}
 	int report_ok = 1;
-	if (!fatal && g.report && check_report(&g, sp, &e) < 0) {
-		fatal = e.msg;
-		fprintf(stderr, "onnx-moe-repair: %s\n", e.msg);
+	if (!fatal && js && check_report(&g, sp, &fe) < 0) {
+		fatal = fe.msg;
+		fprintf(stderr, "onnx-moe-repair: %s\n", fe.msg);
 		status = 2;
 		report_ok = 0;
 	}
-	for (int i = 0; i < g.nin && !fatal; i++) {
-		if (js && i)
-			fputs(",\n", js);
-		int rc = run(&g, sp, g.in[i], js, &e);
-		if (rc == 2)
-			fprintf(stderr, "onnx-moe-repair: %s\n", e.msg);
+	for (int i = 0; i < g.nin; i++) {
+		/* Each input's entry in its own buffer: a record is written
+		 * whole, as the input finishes. */
+		char *ebuf = NULL;
+		size_t elen = 0;
+		FILE *es = g.report && report_ok ? open_memstream(&ebuf, &elen) : NULL;
+		if (g.report && report_ok && !es) {
+			fprintf(stderr, "onnx-moe-repair: %s: out of memory for the report\n", g.in[i]);
+			status = 2;
+			report_ok = 0;
+		}
+		int rc = 2;
+		if (fatal) {
+			/* Every input gets its entry, failed with the run. */
+			Report none = { 0 };
+			if (es)
+				entry(es, lines, g.in[i], NULL, "error", fatal, &none);
+		} else {
+			rc = run(&g, sp, g.in[i], es, lines, &e);
+			if (rc == 2)
+				fprintf(stderr, "onnx-moe-repair: %s\n", e.msg);
+		}
 		if (rc > status)
 			status = rc;
+		if (es) {
+			fclose(es);
+			if (lines) {
+				Err we;
+				if (emit_line(ebuf, elen, &we) < 0) {
+					fprintf(stderr, "onnx-moe-repair: %s\n", we.msg);
+					status = 2;
+					report_ok = 0;
+				}
+			} else {
+				fputs(i ? ",\n" : "", js);
+				fwrite(ebuf, 1, elen, js);
+			}
+			free(ebuf);
+		}
 	}
 	if (js) {
 		fprintf(js, "\n],\n\"error\": ");

@@ -39,7 +39,20 @@ typedef struct {
 	const uint8_t *p0, *end;
 	size_t at;        /* offset of the problem */
 	char why[256];
+	int invalid;      /* well-formed protobuf, invalid ONNX (a NUL in a string) */
 } Scan;
+
+/* Up to 48 bytes of s, printable ASCII as is, the rest as \xNN. */
+static void escape(char *out, size_t cap, const uint8_t *s, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n && i < 48 && k + 5 < cap; i++)
+		k += (size_t)(s[i] >= 0x20 && s[i] < 0x7f ? snprintf(out + k, cap - k, "%c", s[i])
+		                                            : snprintf(out + k, cap - k, "\\x%02x", s[i]));
+	if (n > 48 && k + 4 < cap)
+		k += (size_t)snprintf(out + k, cap - k, "...");
+	out[k] = 0;
+}
 
 static int varint(Scan *s, const uint8_t **p, const uint8_t *end, uint64_t *v)
 {
@@ -136,6 +149,16 @@ static int scan(Scan *s, const ProtobufCMessageDescriptor *d, const uint8_t *p, 
 			}
 			if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && scan(s, f->descriptor, p, p + len, depth + 1) < 0)
 				return -1;
+			/* protobuf-c hands strings out NUL-terminated: a NUL inside
+			 * would silently cut a name short (and the round trip would
+			 * no longer be lossless). Only the wire length shows it. */
+			if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, len)) {
+				char esc[224];
+				escape(esc, sizeof esc, p, len);
+				snprintf(s->why, sizeof s->why, "%s.%s '%s' contains a NUL character", d->name, f->name, esc);
+				s->invalid = 1;
+				return -1;
+			}
 			p += len;
 			break;
 		default:
@@ -166,9 +189,18 @@ static const char *hint(const uint8_t *p, size_t n)
 int model_wire_check(const void *p, size_t n, Err *e)
 {
 	Scan s = { .p0 = p, .end = (const uint8_t *)p + n };
-	if (scan(&s, &onnx__model_proto__descriptor, p, s.end, 0) < 0)
-		return errf(e, "not an ONNX model (protobuf parse failed at byte %zu of %zu: %s%s)", s.at, n, s.why, hint(p, n));
-	return 0;
+	if (scan(&s, &onnx__model_proto__descriptor, p, s.end, 0) == 0)
+		return 0;
+	if (s.invalid)
+		return errf(e, "not a valid ONNX model: %s (byte %zu); names and strings cannot contain NUL, rename it", s.why, s.at);
+	/* The reason quotes values decoded from the bytes (field numbers,
+	 * lengths): of a file recognised as something else (text behind a
+	 * symlink, a checkpoint) they are its content, so only where the
+	 * parse broke is said. */
+	const char *h = hint(p, n);
+	if (*h)
+		return errf(e, "not an ONNX model (protobuf parse failed at byte %zu of %zu%s)", s.at, n, h);
+	return errf(e, "not an ONNX model (protobuf parse failed at byte %zu of %zu: %s)", s.at, n, s.why);
 }
 
 /* --- external data -------------------------------------------------------- */
@@ -513,6 +545,8 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 	 * goes right after: peak memory stays about one model. */
 	md->m = onnx__model_proto__unpack(&pa, n, p);
 	munmap((void *)p, n);
+	if (!md->m && arena_check(a, e) < 0)
+		return errwrap(e, "%s", path);
 	if (!md->m)
 		return errf(e, "%s: not an ONNX model (protobuf-c rejected it although its wire format is well formed)", path);
 	if (!md->m->graph)
@@ -567,11 +601,13 @@ int model_tensor_data(Model *md, const Onnx__TensorProto *t, const void **p, siz
 		if (ext_check(md, t, e) < 0 || !(x = map_get(&md->ext, loc)))
 			return -1;
 	if (!x->mapped) {
-		int fd = open(x->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		/* O_NONBLOCK: validated as a regular file at load, but it may
+		 * have been replaced by a FIFO since, and open would block. */
+		int fd = open(x->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 		struct stat st;
 		if (fd < 0)
 			return errf(e, "%s: tensor '%s': cannot open external data '%s': %s", md->path, name, x->loc, strerror(errno));
-		if (fstat(fd, &st) < 0 || st.st_dev != x->dev || st.st_ino != x->ino || st.st_size != x->size) {
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_dev != x->dev || st.st_ino != x->ino || st.st_size != x->size) {
 			close(fd);
 			return errf(e, "%s: tensor '%s': external data '%s' changed since the model was loaded", md->path, name, x->loc);
 		}
@@ -624,9 +660,13 @@ static int same_file(const struct stat *a, const struct stat *b)
  * silently change the model's weights. */
 static int same_bytes(const char *p1, const char *p2)
 {
-	int ok = 0, f1 = open(p1, O_RDONLY | O_CLOEXEC), f2 = open(p2, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* O_NONBLOCK: either may be a FIFO by now, which only a regular
+	 * file check after open can refuse without blocking. */
+	int ok = 0, f1 = open(p1, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY),
+	    f2 = open(p2, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 	struct stat s1, s2;
-	if (f1 >= 0 && f2 >= 0 && !fstat(f1, &s1) && !fstat(f2, &s2) && S_ISREG(s2.st_mode) && s1.st_size == s2.st_size) {
+	if (f1 >= 0 && f2 >= 0 && !fstat(f1, &s1) && !fstat(f2, &s2) && S_ISREG(s1.st_mode) && S_ISREG(s2.st_mode) &&
+	    s1.st_size == s2.st_size) {
 		size_t n = (size_t)s1.st_size;
 		if (!n) {
 			ok = 1;

@@ -20,6 +20,7 @@ typedef struct {
 	size_t nmark, capmark;
 	PkVal **memo;
 	size_t nmemo, capmemo;
+	size_t used0, allow; /* arena bytes at the start, and how many more the run may take */
 } Pk;
 
 static const char *opname(int c)
@@ -544,6 +545,16 @@ static PkVal *rebuild_tensor(Pk *k, const char *fn, PkVal *args, const DType *dt
 				(long long)last, st->key, (long long)st->numel * st->elsize);
 			return NULL;
 		}
+		/* A view lies inside its storage. One that repeats elements
+		 * (a zero stride: expand) holds more bytes than its storage
+		 * once copied out dense; a small broadcast is taken, but a
+		 * stride-0 view of a few bytes must not ask for terabytes. */
+		if ((uint64_t)pk_tensor_nbytes(t) > (uint64_t)st->numel * (uint64_t)st->elsize &&
+		    pk_tensor_nbytes(t) > PK_MAXREPEAT) {
+			fail(k, "%s: a view of %lld elements over storage '%s' of %lld bytes repeats elements (a zero or overlapping stride); save the tensor with .contiguous(), or the file is hostile",
+				fn, (long long)numel, st->key, (long long)st->numel * st->elsize);
+			return NULL;
+		}
 	}
 	return v;
 }
@@ -721,6 +732,16 @@ static int have(Pk *k, size_t n)
 static int run(Pk *k, PkVal **out)
 {
 	for (;;) {
+		/* Memory grows with the stream, but a few opcodes copy what they
+		 * are given (a list into an OrderedDict or a set, two strings
+		 * into a class name), and a stream can hand them the same large
+		 * value again and again: the run's allocations are held to a
+		 * multiple of its length, and to the memory budget. */
+		if (arena_used(k->a) - k->used0 > k->allow)
+			return fail(k, "the pickle builds more than %zu bytes of objects from %zu bytes; it is hostile or damaged",
+				k->allow, (size_t)(k->end - k->base));
+		if (arena_check(k->a, k->e))
+			return errwrap(k->e, "%s: offset %zu (%s)", k->where, k->op, k->opname);
 		k->op = (size_t)(k->p - k->base);
 		k->opname = "end of stream";
 		if (k->p >= k->end)
@@ -1028,6 +1049,10 @@ PkVal *pk_load(const void *p, size_t n, const char *where, PkResolve resolve,
 		.base = p, .p = p, .end = (const unsigned char *)p + n,
 		.where = where, .opname = "start", .a = a, .e = e,
 		.resolve = resolve, .ctx = ctx,
+		.used0 = arena_used(a),
+		/* A torch.save pickle takes about 30 bytes of objects per byte
+		 * (one value of ~150 bytes per opcode of a few bytes). */
+		.allow = (n < SIZE_MAX / 256 ? 256 * n : SIZE_MAX / 2) + ((size_t)64 << 20),
 	};
 	PkVal *v = NULL;
 	if (run(&k, &v))

@@ -15,7 +15,9 @@
 #include "err.h"
 #include "map.h"
 
-enum { PK_MAXDIM = 8, PK_MAXDEPTH = 1000 };
+/* PK_MAXREPEAT: the largest dense size of a view that repeats its
+ * storage's elements (expand); larger ones are refused. */
+enum { PK_MAXDIM = 8, PK_MAXDEPTH = 1000, PK_MAXREPEAT = 1 << 20 };
 
 typedef enum {
 	PK_NONE, PK_BOOL, PK_INT, PK_BIGINT, PK_FLOAT, PK_STR, PK_BYTES,

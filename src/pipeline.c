@@ -1,12 +1,13 @@
-/* The pipeline in one place: index -> detect -> bind -> per-layer densify
- * -> tidy -> shape-guard folding -> tidy -> check. Every rebuild of the
- * index is written out here: detection results hold no index objects, and
+/* The pipeline in one place: index, shapes -> detect -> bind -> per-layer
+ * densify -> tidy -> shape-guard folding -> tidy -> check. Every rebuild of
+ * the index (and of the shape inference on it) is written out here: detection results hold no index objects, and
  * the passes that take a Layer check it was detected on the current index. */
 #include "pipeline.h"
 
 #include <string.h>
 
 #include "graph.h"
+#include "infer.h"
 #include "moe.h"
 
 /* Weight sources are opened on first need and shared by layers naming the
@@ -67,7 +68,8 @@ static int count_convs(const Onnx__GraphProto *gp)
 }
 
 /* Dead nodes out, then a stable topological sort; each step needs the
- * index of the graph as the previous step left it. */
+ * index of the graph as the previous step left it, and the passes after
+ * it the shapes and types of the graph as it now is. */
 static int tidy(Ctx *c, Err *e)
 {
 	if (g_reindex(c, e))
@@ -75,7 +77,7 @@ static int tidy(Ctx *c, Err *e)
 	g_dce(c);
 	if (g_reindex(c, e) || g_toposort(c, c->g, e))
 		return -1;
-	return g_reindex(c, e);
+	return g_reindex(c, e) || g_infer(c, e);
 }
 
 /* Sorts every graph (an unsorted but acyclic input is fixed, a cycle is
@@ -118,7 +120,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	memset(r, 0, sizeof *r);
 	/* The passes walk producers and consumers assuming a well-formed graph:
 	 * cycles, values defined twice or never are refused before any runs. */
-	if (g_init(&c, md->m, md->a, e) || sort_all(&c, c.g, e) || g_check(&c, e))
+	if (g_init(&c, md->m, md->a, e) || sort_all(&c, c.g, e) || g_infer(&c, e) || g_check(&c, e))
 		goto out;
 	c.ext = ext_data;
 	c.ext_ud = md;

@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include "err.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -55,7 +57,9 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 {
 	for (size_t i = 0; i < r->nlayer; i++) {
 		const LayerReport *l = &r->layer[i];
-		fprintf(f, "%s: %s:", name, l->scope ? l->scope : "?");
+		/* A diagnosed layer's scope is a node name from the model. */
+		char scope[512];
+		fprintf(f, "%s: %s:", name, esc_text(scope, sizeof scope, l->scope ? l->scope : "?"));
 		if (l->dense) {
 			fprintf(f, " %s dispatch, nothing to repair\n", l->dispatch ? l->dispatch : "dense");
 			continue;
@@ -124,13 +128,13 @@ static void num(FILE *f, double x)
 		fputs("null", f); /* JSON has no NaN */
 }
 
-void report_json(FILE *f, const Report *r)
+static void members(FILE *f, const Report *r, int oneline)
 {
 	fprintf(f, "\"damaged\": %s, \"changed\": %s, \"ifs_folded\": %d, \"layers\": [",
 	        r->damaged ? "true" : "false", r->changed ? "true" : "false", r->ifs_folded);
 	for (size_t i = 0; i < r->nlayer; i++) {
 		const LayerReport *l = &r->layer[i];
-		fputs(i ? ",\n    {" : "\n    {", f);
+		fputs(oneline ? (i ? ", {" : "{") : (i ? ",\n    {" : "\n    {"), f);
 		fputs("\"scope\": ", f);
 		json_str(f, l->scope);
 		fprintf(f, ", \"experts\": %d, \"top_k\": %d, \"present\": ", l->experts, l->top_k);
@@ -140,7 +144,9 @@ void report_json(FILE *f, const Report *r)
 		fprintf(f, ", \"ifs\": %d, \"nodes_before\": %d, \"nodes_after\": %d, \"convs_before\": %d, \"convs_after\": %d, \"map_maxdiff\": ",
 		        l->ifs, l->nodes_before, l->nodes_after, l->convs_before, l->convs_after);
 		num(f, l->map_maxdiff);
-		fprintf(f, ", \"dense\": %s, \"repaired\": %s", l->dense ? "true" : "false", l->repaired ? "true" : "false");
+		fprintf(f, ", \"dense\": %s, \"repaired\": %s, \"unrepairable\": ", l->dense ? "true" : "false",
+		        l->repaired ? "true" : "false");
+		json_str(f, l->why);
 		fputs(", \"dispatch\": ", f);
 		json_str(f, l->dispatch);
 		fputs(", \"sparse_fallback\": ", f);
@@ -154,8 +160,18 @@ void report_json(FILE *f, const Report *r)
 		num(f, l->dispatch && l->expert_flops >= 0 ? l->expert_flops * l->experts : NAN);
 		fputc('}', f);
 	}
-	fputs(r->nlayer ? "\n  ]" : "]", f);
+	fputs(r->nlayer && !oneline ? "\n  ]" : "]", f);
 	fprintf(f, ", \"convs_before\": %d, \"convs_after\": %d", r->convs_before, r->convs_after);
+}
+
+void report_json(FILE *f, const Report *r)
+{
+	members(f, r, 0);
+}
+
+void report_json_line(FILE *f, const Report *r)
+{
+	members(f, r, 1);
 }
 
 /* Length of the valid UTF-8 sequence at p, 0 when invalid (overlongs,

@@ -43,8 +43,11 @@ typedef enum { RUN_DIAGNOSE, RUN_CHECK, RUN_REPAIR } RunMode;
  * mapping check's difference. */
 void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int verbose);
 /* The Report as JSON object members ("damaged": ..., "layers": [...]),
- * without the braces, so main can add input/output/status around it. */
+ * without the braces, so main can add input/output/status around it. One
+ * layer a line, for a report document read by people. */
 void report_json(FILE *f, const Report *r);
+/* The same on one line: a JSON Lines record (--report -) holds no newline. */
+void report_json_line(FILE *f, const Report *r);
 /* A JSON string literal: escapes quotes, backslashes and control bytes,
  * replaces invalid UTF-8 by U+FFFD (names come from untrusted models).
  * NULL prints null. */

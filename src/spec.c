@@ -3,13 +3,17 @@
  * plain scalars untyped): integers are plain decimal scalars. */
 #include "spec.h"
 
+#include "map.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 typedef struct {
@@ -250,6 +254,74 @@ static int syntax(P *p, const yaml_parser_t *ps, const char *src, size_t len)
 	return errf(p->e, "%s:%zu:%zu: %s", p->path, m->line + 1, m->column + 1, prob);
 }
 
+enum { MAX_NEST = 64 };
+
+/* Tags a value of experts.yaml may carry: none, or YAML's own for what it
+ * is. Anything else (!!python/object, !!binary, !custom) would be
+ * dropped silently by the document API, so it is refused. */
+static int tag_ok(const yaml_char_t *tag, yaml_event_type_t t)
+{
+	static const char *const scalar[] = { YAML_STR_TAG, YAML_INT_TAG, YAML_FLOAT_TAG, YAML_BOOL_TAG, YAML_NULL_TAG, NULL };
+	const char *g = (const char *)tag;
+	if (!g)
+		return 1;
+	if (t == YAML_SEQUENCE_START_EVENT)
+		return !strcmp(g, YAML_SEQ_TAG);
+	if (t == YAML_MAPPING_START_EVENT)
+		return !strcmp(g, YAML_MAP_TAG);
+	for (const char *const *k = scalar; *k; k++)
+		if (!strcmp(g, *k))
+			return 1;
+	return 0;
+}
+
+/* One pass over libyaml's events before the document is built: nesting
+ * past MAX_NEST levels is refused as soon as it is reached (libyaml's
+ * scanner slows down quadratically with depth, and nothing here nests
+ * deeper than four), and so is any tag that is not a standard one. */
+static int prescan(P *p, const char *src, size_t len)
+{
+	yaml_parser_t ps;
+	if (!yaml_parser_initialize(&ps))
+		return errf(p->e, "%s: cannot initialise libyaml", p->path);
+	yaml_parser_set_input_string(&ps, (const unsigned char *)src, len);
+	int depth = 0, rc = -1;
+	for (;;) {
+		yaml_event_t ev;
+		if (!yaml_parser_parse(&ps, &ev)) {
+			syntax(p, &ps, src, len);
+			break;
+		}
+		yaml_event_type_t t = ev.type;
+		const yaml_mark_t *m = &ev.start_mark;
+		const yaml_char_t *tag = t == YAML_SCALAR_EVENT ? ev.data.scalar.tag
+			: t == YAML_SEQUENCE_START_EVENT ? ev.data.sequence_start.tag
+			: t == YAML_MAPPING_START_EVENT ? ev.data.mapping_start.tag : NULL;
+		int bad = 0;
+		if (!tag_ok(tag, t)) {
+			char shown[256];
+			errf(p->e, "%s:%zu:%zu: tag '%s' is not allowed; experts.yaml holds plain strings, numbers, lists and mappings",
+				p->path, m->line + 1, m->column + 1, esc_text(shown, sizeof shown, (const char *)tag));
+			bad = 1;
+		} else if ((t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) && ++depth > MAX_NEST) {
+			errf(p->e, "%s:%zu:%zu: lists and mappings nested deeper than %d levels; experts.yaml nests four",
+				p->path, m->line + 1, m->column + 1, MAX_NEST);
+			bad = 1;
+		} else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {
+			depth--;
+		}
+		yaml_event_delete(&ev);
+		if (bad)
+			break;
+		if (t == YAML_STREAM_END_EVENT) {
+			rc = 0;
+			break;
+		}
+	}
+	yaml_parser_delete(&ps);
+	return rc;
+}
+
 static int load(P *p, const char *src, size_t len, Spec *s)
 {
 	yaml_parser_t ps;
@@ -305,16 +377,20 @@ static int load(P *p, const char *src, size_t len, Spec *s)
 		goto out;
 	}
 	s->layer = arena_alloc(p->a, n * sizeof *s->layer);
+	Map seen;
+	map_init(&seen, p->a, n);
 	for (size_t i = 0; i < n; i++) {
 		yaml_node_t *ln = yaml_document_get_node(&doc, moe->data.sequence.items.start[i]);
 		if (layer(p, ln, s, &s->layer[i]))
 			goto out;
-		/* Layers are few (one per MoE block): a quadratic check is fine. */
-		for (size_t j = 0; j < i; j++)
-			if (!strcmp(s->layer[j].scope, s->layer[i].scope)) {
-				at(p, ln, "duplicate scope '%s' (first at line %d)", s->layer[i].scope, s->layer[j].line);
-				goto out;
-			}
+		/* Real files list a few layers, but a crafted one of 1 MiB
+		 * lists tens of thousands: no quadratic check. */
+		SpecLayer *first = map_get(&seen, s->layer[i].scope);
+		if (first) {
+			at(p, ln, "duplicate scope '%s' (first at line %d)", s->layer[i].scope, first->line);
+			goto out;
+		}
+		map_put(&seen, s->layer[i].scope, &s->layer[i]);
 		s->nlayer = i + 1;
 	}
 	/* A second document would be silently ignored: refuse it instead. */
@@ -337,37 +413,55 @@ out:
 	return rc;
 }
 
+/* Far above any experts.yaml (a few hundred bytes per layer); bounds
+ * what libyaml builds from a file. */
+enum { MAX_YAML = 1 << 20 };
+
 int spec_load(Spec *s, const char *path, Arena *a, Err *e)
 {
 	memset(s, 0, sizeof *s);
 	s->path = arena_strdup(a, path);
-	FILE *f = fopen(path, "rb");
-	if (!f)
+	/* O_NONBLOCK: a FIFO or a terminal must be refused, not waited on. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
 		return errf(e, "%s: %s", path, strerror(errno));
-	size_t cap = 4096, len = 0;
-	char *buf = malloc(cap);
-	for (size_t r; buf && (r = fread(buf + len, 1, cap - len, f)) > 0;) {
-		len += r;
-		if (len == cap) {
-			char *nb = cap > (1u << 24) ? NULL : realloc(buf, cap * 2);
-			if (!nb) {
-				free(buf);
-				buf = NULL;
-				break;
-			}
-			buf = nb;
-			cap *= 2;
-		}
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		int err = errno;
+		close(fd);
+		return errf(e, "%s: %s", path, strerror(err));
 	}
-	int bad = ferror(f);
-	fclose(f);
-	if (!buf || bad) {
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return errf(e, "%s: %s, not a regular file; give experts.yaml as a file", path,
+			S_ISDIR(st.st_mode) ? "is a folder" : S_ISFIFO(st.st_mode) ? "is a FIFO" : "is a device or socket");
+	}
+	/* One byte more than the limit tells a file that grew past it. */
+	char *buf = malloc(MAX_YAML + 1);
+	size_t len = 0;
+	int err = 0;
+	while (buf && len <= MAX_YAML) {
+		ssize_t r = read(fd, buf + len, MAX_YAML + 1 - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			err = r < 0 ? errno : 0;
+			break;
+		}
+		len += (size_t)r;
+	}
+	close(fd);
+	if (!buf)
+		return errf(e, "%s: out of memory", path);
+	if (err || len > MAX_YAML) {
 		free(buf);
-		return errf(e, "%s: %s", path, bad ? "read error" : "file too large for an expert description (over 16 MB)");
+		return err ? errf(e, "%s: %s", path, strerror(err))
+			   : errf(e, "%s: larger than %d KiB, too large for an expert description (a few hundred bytes per layer)",
+				  path, MAX_YAML >> 10);
 	}
 	const char *slash = strrchr(path, '/');
 	P p = { path, slash ? arena_printf(a, "%.*s", (int)(slash - path + (slash == path)), path) : "", NULL, a, e };
-	int rc = load(&p, buf, len, s);
+	int rc = prescan(&p, buf, len) ? -1 : load(&p, buf, len, s);
 	free(buf);
 	return rc;
 }

@@ -353,11 +353,17 @@ int wt_convert(const WTensor *t, int dtype, Arena *a, WTensor *out, Err *e)
 	int64_t n = wt_numel(t);
 	if (n < 0 || (uint64_t)n > SIZE_MAX / 8)
 		return errf(e, "tensor '%s': element count overflows", t->name);
-	float *f = t->dtype == 1 ? NULL : arena_alloc_raw(a, (size_t)n * 4 + 1);
+	/* Sizes from the file's dims (checked against its bytes by the
+	 * reader), and against the memory budget here. */
+	float *f = t->dtype == 1 ? NULL : arena_try(a, (size_t)n * 4 + 1, e);
+	if (t->dtype != 1 && !f)
+		return errwrap(e, "tensor '%s'", t->name);
 	if (f && wt_to_f32(t, f, e))
 		return -1;
 	const float *src = f ? f : NULL;
-	unsigned char *o = arena_alloc_raw(a, (size_t)n * wt_dtype_size(dtype) + 1);
+	unsigned char *o = arena_try(a, (size_t)n * wt_dtype_size(dtype) + 1, e);
+	if (!o)
+		return errwrap(e, "tensor '%s'", t->name);
 	for (int64_t i = 0; i < n; i++) {
 		float v;
 		if (src)

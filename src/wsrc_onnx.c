@@ -23,7 +23,9 @@ static int typed(WSrc *w, const Onnx__TensorProto *tp, WTensor *t, int64_t n, Er
 	if ((uint64_t)have != (uint64_t)n * (comp ? 2 : 1))
 		return errf(e, "tensor '%s': %zu values in its typed field, shape needs %lld",
 			t->name, have, (long long)n * (comp ? 2 : 1));
-	unsigned char *o = arena_alloc_raw(w->a, (size_t)n * es + 1);
+	unsigned char *o = arena_try(w->a, (size_t)n * es + 1, e);
+	if (!o)
+		return errwrap(e, "tensor '%s'", t->name);
 	for (int64_t i = 0; i < n; i++) {
 		unsigned char *d = o + (size_t)i * es;
 		switch (t->dtype) {
@@ -145,6 +147,8 @@ int wsrc_read_onnx(WSrc *w, Err *e)
 		return -1;
 	ProtobufCAllocator pa = arena_pb(w->a);
 	Onnx__ModelProto *m = onnx__model_proto__unpack(&pa, len, base);
+	if (!m && arena_check(w->a, e))
+		return -1;
 	if (!m)
 		return errf(e, "not a valid ONNX model (protobuf decoding failed); file truncated or not .onnx?");
 	if (!m->graph)

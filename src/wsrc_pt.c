@@ -18,6 +18,7 @@ typedef struct {
 	Map data;            /* member name -> WMapping of its bytes (in place, or inflated) */
 	size_t visits;       /* modules walked: shared submodules multiply paths */
 	size_t pathbytes;    /* bytes of the module paths made so far */
+	size_t copied, maxcopy; /* bytes of strided views copied out dense, and the cap */
 } Pt;
 
 /* A module shared under two names is walked twice, as state_dict() does;
@@ -38,8 +39,8 @@ static int resolve(void *ctx, PkStorage *st, Err *e)
 			return errf(e, "storage '%s': member %s is missing; the checkpoint is incomplete",
 				st->key, name);
 		const void *p;
-		if (zip_read(&c->z, zm, &p, e))
-			return errwrap(e, "member %s", name);
+		if (zip_read(&c->z, zm, &p, e)) /* its messages name the member */
+			return -1;
 		m = arena_alloc(c->w->a, sizeof *m);
 		m->base = (void *)p;
 		m->len = (size_t)zm->usize;
@@ -93,7 +94,15 @@ static int add(Pt *c, const char *name, const PkTensor *t, Err *e)
 	else if (t->contiguous)
 		wt.data = base + (size_t)t->offset * (size_t)t->elsize;
 	else {
-		unsigned char *dst = arena_alloc_raw(c->w->a, wt.nbytes);
+		/* The copy is no larger than its storage (pickle.c), but many
+		 * views of one storage add up: checked against the budget. */
+		if (wt.nbytes > c->maxcopy - c->copied)
+			return errf(e, "%s: strided views copied out dense would take more than %zu bytes (twice the file, plus 64 MiB); many views share one storage, the checkpoint is hostile or damaged",
+				c->w->path, c->maxcopy);
+		c->copied += wt.nbytes;
+		unsigned char *dst = arena_try(c->w->a, wt.nbytes, e);
+		if (!dst)
+			return errwrap(e, "tensor '%s' (a strided view copied out dense)", name);
 		gather(t, base + (size_t)t->offset * (size_t)t->elsize, dst);
 		wt.data = dst;
 	}
@@ -322,7 +331,9 @@ int wsrc_read_pt(WSrc *w, const char *key, Err *e)
 	if (len >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5)
 		return errf(e, "%s: legacy torch.save format (torch < 1.6); load and re-save it with a newer torch, or save it as safetensors",
 			w->path);
-	Pt c = { .w = w, .data = { .a = w->a } };
+	/* Each view is inside its storage, so honest copies add up to no
+	 * more than the storages, which the file holds. */
+	Pt c = { .w = w, .data = { .a = w->a }, .maxcopy = (len < SIZE_MAX / 4 ? 2 * len : SIZE_MAX / 2) + ((size_t)64 << 20) };
 	if (zip_open(&c.z, base, len, w->a, e))
 		return errwrap(e, "%s", w->path);
 	const ZipMember *pkl = NULL;

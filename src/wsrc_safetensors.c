@@ -18,6 +18,8 @@ static const struct {
 	{ "BOOL", 9 }, { "F8_E4M3", 17 }, { "F8_E5M2", 19 },
 };
 
+enum { MAX_HEADER = 32 << 20 };
+
 typedef struct {
 	int64_t begin, end;
 	const char *name;
@@ -93,10 +95,22 @@ int wsrc_read_safetensors(WSrc *w, Err *e)
 	uint64_t hl = 0;
 	for (int i = 7; i >= 0; i--)
 		hl = hl << 8 | p[i];
+	/* The first 8 bytes are a number only in a safetensors file: of
+	 * anything else (a path that is a symlink to another file) they are
+	 * that file's content, which a message must not print. */
+	if (len < 9 || p[8] != '{')
+		return errf(e, "not a safetensors file (no JSON header after the 8-byte header length)");
+	/* Headers hold about 100 bytes per tensor: 32 MiB is some 300 000
+	 * tensors. The parse may take 16 bytes per header byte (a real one
+	 * takes under 10), so a hostile header costs at most 512 MiB before
+	 * it is refused. */
+	if (hl > MAX_HEADER)
+		return errf(e, "header of %llu bytes; at most %d MiB (some 300 000 tensors) are read: split the checkpoint into shards, one 'weights' per layer",
+			(unsigned long long)hl, MAX_HEADER >> 20);
 	if (hl > len - 8)
 		return errf(e, "header length %llu runs past the end of the file (%zu bytes); truncated, or not a safetensors file",
 			(unsigned long long)hl, len);
-	JVal *h = json_parse((const char *)p + 8, (size_t)hl, w->a, e);
+	JVal *h = json_parse_limited((const char *)p + 8, (size_t)hl, 16 * (size_t)hl + ((size_t)1 << 20), w->a, e);
 	if (!h)
 		return errwrap(e, "header");
 	if (h->type != J_OBJ)

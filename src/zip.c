@@ -1,6 +1,8 @@
 #include "zip.h"
 
 #include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -15,6 +17,7 @@ enum {
 	CEN_LEN = 46,
 	LOC_SIG = 0x04034b50,
 	LOC_LEN = 30,
+	DD_SIG = 0x08074b50,
 	/* Deflate cannot expand more than about 1032:1; a member declaring more
 	 * lies, and we refuse it before allocating its output. */
 	MAX_RATIO = 1032,
@@ -86,6 +89,93 @@ static int zip64_extra(const unsigned char *x, size_t xlen, ZipMember *m,
 	return 0;
 }
 
+/* The zip64 sizes of a local header's extra field (id 1): both sizes,
+ * uncompressed first, whenever either 32-bit field is saturated. */
+static int local_zip64(const unsigned char *x, size_t xlen, uint64_t *usize, uint64_t *csize)
+{
+	while (xlen >= 4) {
+		uint16_t id = rd16(x), n = rd16(x + 2);
+		if ((size_t)n > xlen - 4)
+			return -1;
+		if (id == 1) {
+			if (n < 16)
+				return -1;
+			*usize = rd64(x + 4);
+			*csize = rd64(x + 12);
+			return 0;
+		}
+		x += 4 + n;
+		xlen -= 4 + (size_t)n;
+	}
+	return -1;
+}
+
+/* A reader that trusts the local header must see the member the central
+ * directory describes: same name, method, flags that matter, CRC and
+ * sizes (those of the data descriptor when bit 3 defers them). Returns
+ * the bytes the member's record ends with past its data (the data
+ * descriptor), or -1. */
+static long local_agrees(const Zip *z, const ZipMember *m, uint64_t lh, uint16_t cflags, size_t nlen, Err *e)
+{
+	const unsigned char *b = z->base, *l = b + lh;
+	size_t len = z->len;
+	uint16_t lflags = rd16(l + 6), lnlen = rd16(l + 26), lxlen = rd16(l + 28);
+	if (!inside(lh + LOC_LEN, (uint64_t)lnlen + lxlen, len))
+		return errf(e, "member '%s': its local header runs past the end of the file; file truncated?", m->name);
+	if (lnlen != nlen || memcmp(l + LOC_LEN, m->name, nlen))
+		return errf(e, "member '%s': the local header names another file than the central directory; the archive is forged or damaged",
+			m->name);
+	if (rd16(l + 8) != m->method || ((lflags ^ cflags) & 9))
+		return errf(e, "member '%s': the local header's compression method or flags differ from the central directory's; the archive is forged or damaged",
+			m->name);
+	uint32_t crc = rd32(l + 14);
+	uint64_t cs = rd32(l + 18), us = rd32(l + 22);
+	if ((cs == 0xffffffff || us == 0xffffffff) &&
+	    local_zip64(l + LOC_LEN + lnlen, lxlen, &us, &cs) < 0)
+		return errf(e, "member '%s': the local header's sizes are saturated but it has no zip64 extra field", m->name);
+	if (!(cflags & 8)) {
+		if (crc != m->crc || cs != m->csize || us != m->usize)
+			return errf(e, "member '%s': the local header's CRC or sizes differ from the central directory's; the archive is forged or damaged",
+				m->name);
+		return 0;
+	}
+	/* Sizes and CRC deferred to a data descriptor after the data (what
+	 * torch.save writes): each zero in the local header, or the same
+	 * (torch's writer fills the CRC of its first member and leaves the
+	 * sizes zero). */
+	if ((crc && crc != m->crc) || (cs && cs != m->csize) || (us && us != m->usize))
+		return errf(e, "member '%s': the local header's CRC or sizes differ from the central directory's; the archive is forged or damaged",
+			m->name);
+	uint64_t at = m->off + m->csize;
+	long sig = inside(at, 4, len) && rd32(b + at) == DD_SIG ? 4 : 0;
+	for (int w = 4; w <= 8; w += 4) {
+		uint64_t n = (uint64_t)sig + 4 + 2 * (uint64_t)w;
+		if (!inside(at, n, len))
+			break;
+		const unsigned char *d = b + at + sig;
+		uint64_t dc = w == 4 ? rd32(d + 4) : rd64(d + 4), du = w == 4 ? rd32(d + 8) : rd64(d + 12);
+		/* The descriptor's CRC is not compared: real torch.save files
+		 * carry a stale one (ultralytics' best.pt: data and central
+		 * directory agree, the descriptor does not); the sizes say where
+		 * the record ends, which is what a streaming reader needs. */
+		if (dc == m->csize && du == m->usize)
+			return (long)n;
+	}
+	return errf(e, "member '%s': its data descriptor is missing or differs from the central directory; the archive is forged or damaged",
+		m->name);
+}
+
+typedef struct {
+	uint64_t begin, end;
+	const char *name;
+} Span;
+
+static int cmpspan(const void *x, const void *y)
+{
+	const Span *a = x, *b = y;
+	return a->begin < b->begin ? -1 : a->begin > b->begin;
+}
+
 int zip_open(Zip *z, const void *base, size_t len, Arena *a, Err *e)
 {
 	const unsigned char *b = base;
@@ -118,6 +208,10 @@ int zip_open(Zip *z, const void *base, size_t len, Arena *a, Err *e)
 		return errf(e, "central directory claims %llu members but holds at most %llu",
 			(unsigned long long)nent, (unsigned long long)(cdsize / CEN_LEN));
 	z->m = arena_alloc(a, (nent ? nent : 1) * sizeof *z->m);
+	/* Where each member's record lies, to refuse archives whose members
+	 * share bytes: overlapping members multiply what a small file
+	 * inflates to, and no writer makes them. */
+	Span *sp = arena_alloc(a, (nent ? nent : 1) * sizeof *sp);
 	map_init(&z->byname, a, nent);
 	const unsigned char *p = b + cdoff, *end = p + cdsize;
 	for (uint64_t i = 0; i < nent; i++) {
@@ -163,6 +257,18 @@ int zip_open(Zip *z, const void *base, size_t len, Arena *a, Err *e)
 				name, (unsigned long long)m->usize, (unsigned long long)m->csize);
 		if (map_put(&z->byname, name, m))
 			return errf(e, "member '%s' appears twice", name);
+		long tail = local_agrees(z, m, lh, flags, nlen, e);
+		if (tail < 0)
+			return -1;
+		sp[i] = (Span){ lh, m->off + m->csize + (uint64_t)tail, name };
+	}
+	qsort(sp, nent, sizeof *sp, cmpspan);
+	for (uint64_t i = 0; i < nent; i++) {
+		if (i + 1 < nent && sp[i].end > sp[i + 1].begin)
+			return errf(e, "members '%s' and '%s' overlap in the file; the archive is forged or damaged",
+				sp[i].name, sp[i + 1].name);
+		if (sp[i].end > cdoff)
+			return errf(e, "member '%s' runs into the central directory; the archive is forged or damaged", sp[i].name);
 	}
 	z->n = nent;
 	return 0;
@@ -234,7 +340,13 @@ int zip_read(const Zip *z, const ZipMember *m, const void **data, Err *e)
 	const unsigned char *src = z->base + m->off;
 	const unsigned char *out = src;
 	if (m->method == ZIP_DEFLATED) {
-		unsigned char *buf = arena_alloc_raw(z->a, m->usize ? m->usize : 1);
+		/* The declared size is bounded by the ratio cap (zip_open) and
+		 * checked against the memory budget before anything is inflated. */
+		unsigned char *buf = m->usize > SIZE_MAX ? NULL : arena_try(z->a, (size_t)m->usize, e);
+		if (!buf)
+			return m->usize > SIZE_MAX ? errf(e, "member '%s' declares %llu bytes, more than this machine can address",
+						      m->name, (unsigned long long)m->usize)
+						   : errwrap(e, "member '%s' (deflated, %llu bytes)", m->name, (unsigned long long)m->usize);
 		if (inflate_all(src, m->csize, buf, m->usize, m->name, e))
 			return -1;
 		out = buf;

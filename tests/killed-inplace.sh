@@ -3,9 +3,10 @@
 # model and nothing else is left in its folder.
 . "$top_srcdir/tests/lib.sh"
 
-[ -d /proc/self/fd ] || { echo "skip: needs /proc"; exit 77; }
+[ -d /proc/self/fd ] || { echo "SKIP: needs /proc"; exit 77; }
 mkdir "$T/in"
-mkmodel "$T/in/big.onnx" 134217728 # 128 MiB: long enough a write to catch
+# 128 tensors of 1 MiB: written in 128 steps, long enough to catch midway.
+mkmodel_chunks "$T/in/big.onnx" 128 1048576
 s0=$(sum "$T/in/big.onnx")
 
 # pos_of_tmp PID: write position of PID's file open for writing in $T/in
@@ -22,14 +23,14 @@ pos_of_tmp() {
 }
 
 caught=0
-for try in 1 2 3 4 5; do
+for try in 1 2 3 4 5 6 7 8 9 10; do
 	"$BIN" -q --passthrough --in-place "$T/in/big.onnx" &
 	pid=$!
 	while kill -0 "$pid" 2>/dev/null; do
 		p=$(pos_of_tmp "$pid")
 		# Mid-write: the temporary open, not all bytes out (the write
 		# itself outruns this loop, so kill at first sight).
-		if [ -n "$p" ] && [ "$p" -lt 134217728 ]; then
+		if [ -n "$p" ] && [ "$p" -lt 67108864 ]; then
 			kill -9 "$pid" && caught=1
 			break
 		fi
@@ -38,7 +39,7 @@ for try in 1 2 3 4 5; do
 	[ "$caught" -eq 1 ] && break
 done
 if [ "$caught" -ne 1 ]; then
-	echo "skip: the write finished before it could be caught five times"
+	echo "SKIP: the write finished before it could be caught ten times"
 	exit 77
 fi
 ok "--in-place killed with SIGKILL after $p bytes"

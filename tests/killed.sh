@@ -3,8 +3,9 @@
 # output and no temporary file, and an existing output is untouched.
 . "$top_srcdir/tests/lib.sh"
 
-[ -d /proc/self/fd ] || { echo "skip: needs /proc"; exit 77; }
-mkmodel "$T/big.onnx" 134217728 # 128 MiB: long enough a write to catch
+[ -d /proc/self/fd ] || { echo "SKIP: needs /proc"; exit 77; }
+# 128 tensors of 1 MiB: written in 128 steps, long enough to catch midway.
+mkmodel_chunks "$T/big.onnx" 128 1048576
 mkdir "$T/out"
 printf old >"$T/out/m.onnx"
 
@@ -18,13 +19,15 @@ pos_in_out() {
 }
 
 caught=0
-for try in 1 2 3; do
+for try in 1 2 3 4 5 6 7 8 9 10; do
 	"$BIN" -q --passthrough "$T/big.onnx" -o "$T/out/m.onnx" &
 	pid=$!
-	# Wait until at least 8 MiB of the output are written, then kill.
+	# Kill once 8 MiB of the output are written, but well before the
+	# end: with all bytes out the rename may come before the kill lands,
+	# and the old output be replaced as it should.
 	while kill -0 "$pid" 2>/dev/null; do
 		p=$(pos_in_out "$pid")
-		if [ -n "$p" ] && [ "$p" -ge 8388608 ]; then
+		if [ -n "$p" ] && [ "$p" -ge 8388608 ] && [ "$p" -lt 67108864 ]; then
 			kill -9 "$pid" && caught=1
 			break
 		fi
@@ -34,7 +37,7 @@ for try in 1 2 3; do
 	printf old >"$T/out/m.onnx" # it finished first: try again
 done
 if [ "$caught" -ne 1 ]; then
-	echo "skip: the write finished before it could be caught three times"
+	echo "SKIP: the write finished before it could be caught ten times"
 	exit 77
 fi
 ok "killed with SIGKILL after $p bytes of the output"

@@ -78,3 +78,58 @@ mkmodel() {
 		field_bytes 0x42 "$T/.opset"
 	} >"$out"
 }
+
+# bad_copy: copies tests/bad to $T/tests/bad (set as $B) with what make
+# dist would not keep or what is too large to commit: the symlinks, the
+# FIFOs and the 150 000-node chains (tests/mkchain). The YAML files
+# name weights as ../../testdata/..., hence the layout.
+bad_copy() {
+	mkchain=$top_builddir/tests/mkchain
+	[ -x "$mkchain" ] || { echo "FAIL: $mkchain not built (make check builds it)" >&2; exit 99; }
+	mkdir "$T/tests" && cp -R "$top_srcdir/tests/bad" "$T/tests/bad" && chmod -R u+w "$T/tests" &&
+		ln -s data.bin "$T/tests/bad/data_link.bin" && ln -s secret.txt "$T/tests/bad/link.safetensors" &&
+		mkfifo "$T/tests/bad/fifo.safetensors" "$T/tests/bad/fifo.bin" "$T/tests/bad/fifo_experts.yaml" &&
+		"$mkchain" ids 150000 >"$T/tests/bad/chain_ids.onnx" &&
+		"$mkchain" relu 150000 >"$T/tests/bad/chain_relu.onnx" &&
+		ln -s "$top_srcdir/testdata" "$T/testdata" || exit 99
+	B=$T/tests/bad
+}
+
+# readme_block TAG N: the Nth code block of README.md marked
+# "<!-- TAG runs this block -->", so the documented commands are the ones
+# tested. Fails when there is no such block.
+readme_block() {
+	awk -v tag="$1" -v want="$2" '
+		$0 == "<!-- " tag " runs this block -->" { n++; if (n == want) arm = 1; next }
+		arm == 1 && /^```/ { arm = 2; next }
+		arm == 2 && /^```/ { done = 1; exit }
+		arm == 2 { print }
+		END { exit !done }' "$top_srcdir/README.md"
+}
+
+# mkmodel_chunks OUT N SIZE: a ModelProto with N embedded uint8
+# initializers w0..w(N-1) of SIZE bytes each: written in N steps, so a
+# test can catch the write midway (one large tensor is one write()).
+mkmodel_chunks() {
+	out=$1 n=$2 size=$3
+	head -c "$size" /dev/zero | tr '\0' '\1' >"$T/.data"
+	{ field_str 0x12 g; } >"$T/.graph"
+	i=0
+	while [ "$i" -lt "$n" ]; do
+		{
+			byte 0x08; varint "$size"
+			byte 0x10; byte 2
+			field_str 0x42 "w$i"
+			field_bytes 0x4a "$T/.data"
+		} >"$T/.tensor"
+		field_bytes 0x2a "$T/.tensor" >>"$T/.graph"
+		i=$((i + 1))
+	done
+	{ byte 0x10; byte 18; } >"$T/.opset"
+	{
+		byte 0x08; byte 8
+		field_bytes 0x3a "$T/.graph"
+		field_bytes 0x42 "$T/.opset"
+	} >"$out"
+	rm -f "$T/.data"
+}

@@ -7,7 +7,7 @@
 FS=$T/fs
 mkdir "$FS"
 if ! mount -t tmpfs -o size=64k,mode=0755 tmpfs "$FS" 2>/dev/null; then
-	echo "skip: cannot mount a tmpfs here (needs root)"
+	echo "SKIP: cannot mount a tmpfs here (needs root)"
 	exit 77
 fi
 trap 'umount "$FS" 2>/dev/null; chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT

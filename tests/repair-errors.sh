@@ -22,7 +22,7 @@ case_ "scope that names nothing" "$d/broken.onnx" "layer model.9: no MoE router 
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.9" "    experts: 4" "    top_k: 2"
 case_ "expert pattern that names nothing" "$d/broken.onnx" "matches no checkpoint tensor under 'model.0.blocks.0.'" -- \
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" "    expert: blocks.{i}"
-case_ "fewer experts than dispatched" "$d/broken.onnx" "compares the router indices with expert id 3, but experts: 3" -- \
+case_ "fewer experts than dispatched" "$d/broken.onnx" "experts.yaml says experts: 3, but the router scores 4 experts" -- \
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 3" "    top_k: 2"
 case_ "checkpoint of another model" "$d/broken.onnx" "matches no checkpoint tensor under 'model.0.experts.0.'" -- \
 	"weights: $top_srcdir/testdata/single_gn/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2"

@@ -6,8 +6,10 @@
 # builds (ASan and valgrind do not mix).
 . "$top_srcdir/tests/lib.sh"
 
-command -v valgrind >/dev/null || { echo "skip: valgrind not installed (apt-get install valgrind)"; exit 77; }
-case ${SAN_CFLAGS:-} in *sanitize*) echo "skip: sanitizer build"; exit 77 ;; esac
+command -v valgrind >/dev/null || { echo "SKIP: valgrind not installed (apt-get install valgrind)"; exit 77; }
+case ${SAN_CFLAGS:-} in *sanitize*) echo "SKIP: sanitizer build (ASan and valgrind do not mix)"; exit 77 ;; esac
+node=${NODE:-node}
+command -v "$node" >/dev/null || { echo "FAIL: node missing (tools/setup-debian installs it)" >&2; exit 1; }
 VG="valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --track-fds=no"
 
 # vg WANT WHAT ARGS...: the tool under memcheck must exit WANT (99: memcheck found errors).
@@ -42,27 +44,29 @@ for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/ "$top_src
 	vg 1 "$case: --check" --check "$dir/broken.onnx" --experts "$dir/experts.yaml"
 	vg 1 "$case: diagnosis" "$dir/broken.onnx"
 	if [ -f "$dir/dense.onnx" ]; then
-		# 0, or 1 when it holds shape guards to fold: as without valgrind.
-		"$BIN" -q "$dir/dense.onnx" 2>/dev/null
-		vg $? "$case: diagnosis of the dense export" "$dir/dense.onnx"
+		# A dense export needs nothing (0), unless it holds the exporter's
+		# shape-guard Ifs, which are there to fold (1): known from the
+		# model's ops, not from the tool.
+		nif=$("$node" -e 'console.log(JSON.parse(process.argv[1]).If || 0)' "$("$node" "$top_srcdir/tests/ort/ops.js" "$dir/dense.onnx")") ||
+			{ fail "$case: cannot count the If nodes of dense.onnx"; continue; }
+		vg "$([ "$nif" -gt 0 ] && echo 1 || echo 0)" "$case: diagnosis of the dense export ($nif If)" "$dir/dense.onnx"
 	fi
 done
 [ "$n" -gt 0 ] || fail "no corpus case found"
 
 # The refusals: error paths free what they allocated too.
 EX=$top_srcdir/testdata/example
-# The YAML files name weights as ../../testdata/..., hence the layout;
-# the symlink and the FIFO are made here (make dist would not keep them).
-mkdir "$T/tests" && cp -R "$top_srcdir/tests/bad" "$T/tests/bad" && chmod -R u+w "$T/tests" &&
-	ln -s data.bin "$T/tests/bad/data_link.bin" && mkfifo "$T/tests/bad/fifo.safetensors" &&
-	ln -s "$top_srcdir/testdata" "$T/testdata" || exit 99
-B=$T/tests/bad
+bad_copy
 cd "$B" || exit 99
 while IFS= read -r line; do
 	case $line in '#'* | '') continue ;; esac
+	# Known failures (see cases.txt) crash or hang: tests/bad.sh keeps them.
+	case $line in '!'*) echo "skip: known failure: $line"; continue ;; esac
 	want=$(printf %s "$line" | sed 's/ *|.*//')
 	args=$(printf %s "$line" | sed 's/^[^|]*| *//; s/ *|.*//; s|@EX@|'"$EX"'|g')
 	case " $args " in *" --check "* | *" -o "*) out= ;; *) out="-o $T/bad.onnx" ;; esac
+	[ "$want" -lt 2 ] && out=
+	rm -f "$T/bad.onnx"
 	# shellcheck disable=SC2086
 	vg "$want" "bad: $args" $args $out
 done <"$B/cases.txt"

@@ -2,7 +2,8 @@
 """Writes the malformed inputs of tests/bad/ (committed; rerun after a
 change: cd tests/bad && /usr/bin/python3 gen.py). Each is small and broken
 in one way; cases.txt says how the tool must refuse it. The repairs start
-from testdata/example (model.0: 4 experts, top-2, experts 1 and 2 missing)."""
+from testdata/example (model.0: 4 experts, top-2, experts 1 and 2 missing).
+The checker's cases (check_*.onnx) come from gen_check.py."""
 import json, os, struct, zipfile, io
 import numpy as np
 import onnx

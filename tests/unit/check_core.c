@@ -40,13 +40,57 @@ START_TEST(arena_big_and_small)
 }
 END_TEST
 
+/* Sizes from a file are checked before allocating; small allocations
+ * past the budget are served, and arena_check reports the overrun. */
+START_TEST(arena_budget_checks)
+{
+	size_t was = arena_budget();
+	Arena *a = arena_new();
+	arena_set_budget(arena_held() + (4u << 20));
+	Err e = { "" };
+	ck_assert_ptr_null(arena_try(a, (size_t)1 << 40, &e));
+	ck_assert_msg(strstr(e.msg, "needs 1099511627776 bytes of memory, more than the memory budget allows") != NULL, "%s", e.msg);
+	ck_assert_int_eq(arena_check(a, &e), 0); /* a refused try is not an overrun */
+	ck_assert_ptr_nonnull(arena_try(a, 2u << 20, &e));
+	for (int i = 0; i < 24; i++) /* past the budget, 1 MiB blocks: served */
+		ck_assert_ptr_nonnull(arena_alloc(a, 200000));
+	ck_assert_int_eq(arena_check(a, &e), -1);
+	ck_assert_msg(strstr(e.msg, "needs 1048576 bytes of memory") != NULL, "%s", e.msg);
+	size_t held = arena_held();
+	arena_free(a);
+	ck_assert_uint_lt(arena_held(), held); /* freed blocks leave the budget */
+	arena_set_budget(was);
+}
+END_TEST
+
 START_TEST(err_one_line)
 {
 	Err e;
 	ck_assert_int_eq(errf(&e, "a\nb %d", 1), -1);
-	ck_assert_str_eq(e.msg, "a b 1");
+	ck_assert_str_eq(e.msg, "a\\nb 1");
 	errwrap(&e, "file.onnx");
-	ck_assert_str_eq(e.msg, "file.onnx: a b 1");
+	ck_assert_str_eq(e.msg, "file.onnx: a\\nb 1");
+}
+END_TEST
+
+/* A tensor name holding terminal controls: clear screen, window title
+ * (OSC ... BEL), a C1 CSI, U+2028, a right-to-left override and a byte
+ * that is not UTF-8 all come out as escapes; ordinary UTF-8 stays. */
+START_TEST(err_escapes_hostile_names)
+{
+	Err e;
+	errf(&e, "tensor '%s': bad", "w\x1b[2J\x1b]0;owned\x07\xc2\x9b" "1m\xe2\x80\xa8x\xe2\x80\xaey\xff\u00e9");
+	ck_assert_str_eq(e.msg, "tensor 'w\\x1b[2J\\x1b]0;owned\\x07\\u{009b}1m\\u{2028}x\\u{202e}y\\xff\u00e9': bad");
+	for (const char *p = e.msg; *p; p++)
+		ck_assert((unsigned char)*p >= 0x20 && *p != 0x7f);
+	/* Escaping twice changes nothing, and errwrap escapes its prefix. */
+	char again[sizeof e.msg];
+	ck_assert_str_eq(esc_text(again, sizeof again, e.msg), e.msg);
+	errwrap(&e, "%s", "in\x1b.onnx");
+	ck_assert_str_eq(e.msg, "in\\x1b.onnx: tensor 'w\\x1b[2J\\x1b]0;owned\\x07\\u{009b}1m\\u{2028}x\\u{202e}y\\xff\u00e9': bad");
+	/* An escape that does not fit is left out whole, not cut. */
+	char small[6];
+	ck_assert_str_eq(esc_text(small, sizeof small, "ab\x1b"), "ab");
 }
 END_TEST
 
@@ -56,7 +100,9 @@ int main(void)
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, map_many);
 	tcase_add_test(tc, arena_big_and_small);
+	tcase_add_test(tc, arena_budget_checks);
 	tcase_add_test(tc, err_one_line);
+	tcase_add_test(tc, err_escapes_hostile_names);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

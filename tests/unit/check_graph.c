@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "graph.h"
+#include "infer.h"
 #include "moe.h"
 #include "testutil.h"
 
@@ -219,14 +220,15 @@ START_TEST(rank_inference)
 	add(&t, "Reshape", "r", "x", shape, "r_out");
 	add(&t, "Shape", "s", "x", NULL, "s_out");
 	add(&t, "Reshape", "r2", "r_out", "s_out", "r2_out");
-	add(&t, "Mul", "m", "u_out", "x", "y");
-	g_reindex(&t.c, &t.e);
-	ck_assert_int_eq(g_rank(t.c.g, "x", 0), 4);
-	ck_assert_int_eq(g_rank(t.c.g, "u_out", 0), 5);
-	ck_assert_int_eq(g_rank(t.c.g, "r_out", 0), 3);
-	ck_assert_int_eq(g_rank(t.c.g, "r2_out", 0), 4); /* Reshape to Shape(x) */
-	ck_assert_int_eq(g_rank(t.c.g, "y", 0), 4);      /* declared output */
-	ck_assert_int_eq(g_rank(t.c.g, "nowhere", 0), -1);
+	add(&t, "Mul", "m", "x", "x", "y");
+	ck_assert_int_eq(g_reindex(&t.c, &t.e), 0);
+	ck_assert_int_eq(g_infer(&t.c, &t.e), 0);
+	ck_assert_int_eq(g_ty_rank(t.c.g, "x"), 4);
+	ck_assert_int_eq(g_ty_rank(t.c.g, "u_out"), 5);
+	ck_assert_int_eq(g_ty_rank(t.c.g, "r_out"), 3);
+	ck_assert_int_eq(g_ty_rank(t.c.g, "r2_out"), 4); /* Reshape to Shape(x) */
+	ck_assert_int_eq(g_ty_rank(t.c.g, "y"), 4);      /* declared output */
+	ck_assert_int_eq(g_ty_rank(t.c.g, "nowhere"), -1);
 	g_fini(&t.c);
 	arena_free(t.a);
 }

@@ -71,6 +71,24 @@ static size_t mkmodel(Arena *a, const char *path, const char *loc, const char *o
 	return n;
 }
 
+/* protobuf-c gives strings NUL-terminated: a NUL in a name would cut it
+ * short unseen. The wire scan compares the string with its wire length;
+ * bytes fields (raw_data, attribute s) may hold any byte. */
+START_TEST(nul_in_a_name)
+{
+	/* ModelProto.graph { node { output: "y\0evil" } }, and the same with
+	 * a NUL in AttributeProto.s (bytes). */
+	static const uint8_t nul[] = { 0x3a, 10, 0x0a, 8, 0x12, 6, 'y', 0, 'e', 'v', 'i', 'l' };
+	static const uint8_t ok[] = { 0x3a, 10, 0x0a, 8, 0x12, 6, 'y', '1', 'e', 'v', 'i', 'l' };
+	static const uint8_t bytes[] = { 0x3a, 12, 0x0a, 10, 0x2a, 8, 0x0a, 1, 'a', 0x22, 3, 'x', 0, 'z' };
+	Err e;
+	ck_assert_int_eq(model_wire_check(nul, sizeof nul, &e), -1);
+	ck_assert_str_eq(e.msg, "not a valid ONNX model: onnx.NodeProto.output 'y\\x00evil' contains a NUL character (byte 4); names and strings cannot contain NUL, rename it");
+	ck_assert_int_eq(model_wire_check(ok, sizeof ok, &e), 0);
+	ck_assert_int_eq(model_wire_check(bytes, sizeof bytes, &e), 0);
+}
+END_TEST
+
 START_TEST(roundtrip_keeps_unknown_fields)
 {
 	Arena *a = arena_new();
@@ -300,6 +318,7 @@ int main(void)
 		return 99;
 	Suite *s = suite_create("model");
 	TCase *tc = tcase_create("model");
+	tcase_add_test(tc, nul_in_a_name);
 	tcase_add_test(tc, roundtrip_keeps_unknown_fields);
 	tcase_add_test(tc, tensor_data_embedded_and_external);
 	tcase_add_test(tc, refuses_over_2gib);

@@ -133,7 +133,7 @@ START_TEST(st_malformed)
 	st_refuse(st_file("lie.safetensors", ONE, z, 8, 1000),
 		"header length 1000 runs past the end of the file (70 bytes); truncated, or not a safetensors file");
 	st_refuse(st_file("huge.safetensors", ONE, z, 8, UINT64_MAX),
-		"header length 18446744073709551615 runs past the end of the file (70 bytes); truncated, or not a safetensors file");
+		"header of 18446744073709551615 bytes; at most 32 MiB (some 300 000 tensors) are read: split the checkpoint into shards, one 'weights' per layer");
 	/* Data area cut short: the tensor's end lies past it. */
 	st_refuse(st_file("cut.safetensors", ONE, z, 6, 0),
 		"header: tensor 't': data_offsets [0, 8] outside the data area (6 bytes); file truncated?");
@@ -164,16 +164,33 @@ START_TEST(st_malformed)
 		"header: byte 31: unexpected character");
 	st_refuse(st_file("trail.safetensors", "{} x", z, 8, 0),
 		"header: byte 3: trailing characters after the JSON value");
-	st_refuse(st_file("arr.safetensors", "[1]", z, 8, 0), "header is an array, expected an object");
+	st_refuse(st_file("arr.safetensors", "[1]", z, 8, 0), "not a safetensors file (no JSON header after the 8-byte header length)");
+	/* Another file's first 8 bytes are not echoed as a header length. */
+	st_refuse(tu_write("passwd.safetensors", "root:x:0:0:root:/root:/bin/sh\n", 30),
+		"not a safetensors file (no JSON header after the 8-byte header length)");
+	/* Header sizes past 32 MiB are refused before anything is read. */
+	st_refuse(st_file("big.safetensors", ONE, z, 8, (uint64_t)64 << 20),
+		"header of 67108864 bytes; at most 32 MiB (some 300 000 tensors) are read: split the checkpoint into shards, one 'weights' per layer");
 	st_refuse(st_file("meta.safetensors", "{\"__metadata__\":{\"v\":1}}", z, 8, 0),
 		"header: __metadata__ 'v' is a number, expected a string");
 	st_refuse(st_file("float.safetensors", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.0]}}", z, 8, 0),
 		"header: tensor 't': data_offsets must be [begin, end] non-negative integers");
+	/* A header of 200 000 tiny values would take 40 times its length to
+	 * hold: refused once the parse passes 16 times. */
+	size_t nv = 100000;
+	char *many = malloc(2 * nv + 16);
+	strcpy(many, "{\"a\":[");
+	for (size_t i = 0; i < nv; i++)
+		strcat(many + 5 + 2 * i, i ? ",0" : "0");
+	strcat(many, "]}");
+	st_refuse(st_file("many.safetensors", many, z, 8, 0),
+		"header: byte 100008: the text needs more memory to parse than its length allows; it is hostile or damaged");
+	free(many);
 	/* Deep nesting is cut off, not recursed into. */
-	char deep[200] = "";
+	char deep[200] = "{\"a\":";
 	for (int i = 0; i < 40; i++)
 		strcat(deep, "[");
-	st_refuse(st_file("deep.safetensors", deep, z, 0, 0), "header: byte 33: nesting too deep");
+	st_refuse(st_file("deep.safetensors", deep, z, 0, 0), "header: byte 37: nesting too deep");
 }
 END_TEST
 

@@ -1,5 +1,6 @@
 #include <dirent.h>
 #include <glob.h>
+#include <sys/stat.h>
 
 #include "json.h"
 #include "onnx.pb-c.h"
@@ -165,6 +166,50 @@ START_TEST(spec_missing_file)
 	Err e;
 	ck_assert_int_eq(spec_load(&s, tu_path("nope.yaml"), a, &e), -1);
 	tu_err_has(e.msg, "nope.yaml: No such file or directory");
+	arena_free(a);
+}
+END_TEST
+
+/* What the document API would drop or hang on: unknown tags, deep
+ * nesting, files that are not regular, oversized files. */
+START_TEST(spec_hostile)
+{
+	refuse("weights: !!python/object/apply:os.system [\"id\"]\nmoe: []\n",
+	       "1:10: tag 'tag:yaml.org,2002:python/object/apply:os.system' is not allowed; experts.yaml holds plain strings, numbers, lists and mappings");
+	refuse("weights: model.safetensors\nmoe:\n  - !custom {scope: model.0, experts: 4, top_k: 2}\n",
+	       "3:5: tag '!custom' is not allowed; experts.yaml holds plain strings, numbers, lists and mappings");
+	refuse("weights: model.safetensors\nmoe: !!set {a, b}\n",
+	       "2:6: tag 'tag:yaml.org,2002:set' is not allowed; experts.yaml holds plain strings, numbers, lists and mappings");
+	/* Standard tags stay accepted. */
+	Arena *a = arena_new();
+	Spec sp;
+	Err e = { "" };
+	ck_assert_msg(load_yaml("weights: !!str model.safetensors\nmoe: !!seq\n  - {scope: model.0, experts: !!int 4, top_k: 2}\n",
+				&sp, a, &e) == 0, "%s", e.msg);
+	arena_free(a);
+	char deep[400] = "weights: model.safetensors\nmoe: ";
+	for (int i = 0; i < 100; i++)
+		strcat(deep, "[");
+	refuse(deep, "2:69: lists and mappings nested deeper than 64 levels; experts.yaml nests four");
+	/* A FIFO is refused before it is read (a read would block). */
+	const char *fifo = tu_path("fifo.yaml");
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+	a = arena_new();
+	ck_assert_int_eq(spec_load(&sp, fifo, a, &e), -1);
+	tu_err_has(e.msg, "fifo.yaml: is a FIFO, not a regular file; give experts.yaml as a file");
+	ck_assert_int_eq(spec_load(&sp, "/dev/null", a, &e), -1);
+	tu_err_has(e.msg, "/dev/null: is a device or socket, not a regular file");
+	/* The size the message states is the one enforced: 1 MiB passes the
+	 * size check (and fails later), one byte more does not. */
+	size_t n = 1 << 20;
+	char *big = malloc(n + 1);
+	memset(big, '#', n + 1);
+	big[n - 1] = '\n';
+	ck_assert_int_eq(spec_load(&sp, tu_write("big.yaml", big, n), a, &e), -1);
+	tu_err_has(e.msg, "empty document");
+	ck_assert_int_eq(spec_load(&sp, tu_write("big.yaml", big, n + 1), a, &e), -1);
+	tu_err_has(e.msg, "big.yaml: larger than 1024 KiB, too large for an expert description");
+	free(big);
 	arena_free(a);
 }
 END_TEST
@@ -368,6 +413,7 @@ int main(void)
 	tcase_add_test(tc, spec_full);
 	tcase_add_test(tc, spec_errors);
 	tcase_add_test(tc, spec_missing_file);
+	tcase_add_test(tc, spec_hostile);
 	tcase_add_test(tc, spec_node_names);
 	tcase_add_test(tc, spec_reference);
 	tcase_add_test(tc, spec_corpus);

@@ -219,13 +219,24 @@ START_TEST(zip_lying_sizes)
 		if (memcmp(b + i, "PK\1\2", 4) == 0 && memcmp(b + i + 46, "b.txt", 5) == 0)
 			c = b + i;
 	ck_assert_ptr_nonnull(c);
+	/* and its local header, so both records tell the same lie */
+	unsigned char *l = NULL;
+	for (size_t i = 0; i + 35 < len; i++)
+		if (memcmp(b + i, "PK\3\4", 4) == 0 && memcmp(b + i + 30, "b.txt", 5) == 0)
+			l = b + i;
+	ck_assert_ptr_nonnull(l);
 	c[24] = c[25] = c[26] = 0xff; c[27] = 0x7f;
 	refuse(b, len, NULL, "member 'b.txt' declares 2147483647 bytes from 20 compressed, beyond what deflate can produce");
 	/* Plausible but wrong: 2001 bytes declared, 2000 produced. */
-	c[24] = 2001 & 255; c[25] = 2001 >> 8; c[26] = c[27] = 0;
+	c[24] = l[22] = 2001 & 255; c[25] = l[23] = 2001 >> 8; c[26] = c[27] = 0;
 	refuse(b, len, "b.txt", "member 'b.txt' inflates to 2000 bytes but declares 2001");
-	c[24] = 1999 & 255; c[25] = 1999 >> 8;
+	c[24] = l[22] = 1999 & 255; c[25] = l[23] = 1999 >> 8;
 	refuse(b, len, "b.txt", "member 'b.txt' inflates past its declared size of 1999 bytes");
+	/* Only the central directory lies: a reader trusting the local
+	 * header would see another member. */
+	c[24] = 2001 & 255; c[25] = 2001 >> 8;
+	l[22] = 2000 & 255; l[23] = 2000 >> 8;
+	refuse(b, len, NULL, "member 'b.txt': the local header's CRC or sizes differ from the central directory's");
 	free(b);
 }
 END_TEST
@@ -276,6 +287,89 @@ START_TEST(zip_corrupt_data)
 }
 END_TEST
 
+/* The local header names another file, or another method. */
+START_TEST(zip_local_header_disagrees)
+{
+	Buf o;
+	build(&o, 0, 2, NAMES, DATA);
+	o.b[30] = 'z'; /* x.npy -> z.npy in the local header only */
+	refuse(o.b, o.n, NULL, "member 'x.npy': the local header names another file than the central directory");
+	build(&o, 0, 2, NAMES, DATA);
+	o.b[8] = 8; /* local method deflated, central stored */
+	refuse(o.b, o.n, NULL, "member 'x.npy': the local header's compression method or flags differ");
+	build(&o, 0, 2, NAMES, DATA);
+	o.b[14] ^= 1; /* local CRC */
+	refuse(o.b, o.n, NULL, "member 'x.npy': the local header's CRC or sizes differ from the central directory's");
+	/* A valid archive where both entries point at one local header: a
+	 * member read twice (here, the same name is also refused). */
+	const char *same[] = { "x.npy", "x.npy" };
+	const char *dd[] = { "0123456789", "0123456789" };
+	size_t cd = build(&o, 0, 2, same, dd);
+	unsigned char *e2 = o.b + cd + 46 + 5; /* second central entry */
+	memcpy(e2 + 46, "w.npy", 5);
+	e2[42] = e2[43] = e2[44] = e2[45] = 0; /* local header offset 0 */
+	refuse(o.b, o.n, NULL, "member 'w.npy': the local header names another file");
+}
+END_TEST
+
+/* Two central entries of different names over one local record: the
+ * overlap, not the name, is what gives them away. */
+START_TEST(zip_overlapping_members)
+{
+	Buf o;
+	const char *names[] = { "x.npy", "x.npy" };
+	const char *data[] = { "0123456789", "0123456789" };
+	size_t cd = build(&o, 0, 2, names, data);
+	/* Second member's local header and name: make it a copy of the first
+	 * record but named y.npy, then point both central entries at it... */
+	o.b[cd + 46 + 5 + 46 + 0] = 'y';
+	o.b[35 + 10 + 30] = 'y';
+	Arena *a = arena_new();
+	Zip z;
+	Err e = { "" };
+	ck_assert_msg(zip_open(&z, o.b, o.n, a, &e) == 0, "%s", e.msg);
+	arena_free(a);
+	/* ...now the first entry reads from inside the second's record:
+	 * its local header at 45 is y.npy's, so name it y.npy too. */
+	unsigned char *c1 = o.b + cd;
+	c1[42] = 45;
+	refuse(o.b, o.n, NULL, "the local header names another file");
+	/* Same record, consistent names: a stored member whose data holds
+	 * another member's whole record. */
+	Buf p;
+	const char *outer[] = { "a.npy", "b.npy" };
+	const char *body[] = { "0123456789012345678901234567890123456789012345", "0123456789" };
+	cd = build(&p, 0, 2, outer, body);
+	/* b.npy's record (30 + 5 + 10 bytes) sits inside a.npy's data. */
+	memcpy(p.b + 35, p.b + 35 + 46, 45);
+	p.b[cd + 46 + 5 + 42] = 35; /* b.npy's local header offset */
+	refuse(p.b, p.n, NULL, "members 'a.npy' and 'b.npy' overlap in the file");
+}
+END_TEST
+
+/* The inflated size is checked against the memory budget before the
+ * buffer is allocated. */
+START_TEST(zip_inflate_over_budget)
+{
+	size_t len;
+	unsigned char *b = slurp("deflated.zip", &len);
+	Arena *a = arena_new();
+	Zip z;
+	Err e;
+	ck_assert_int_eq(zip_open(&z, b, len, a, &e), 0);
+	size_t was = arena_budget();
+	arena_alloc_raw(a, (1 << 20) - 1024); /* the current block is full */
+	arena_set_budget(arena_held() + 1000);
+	const void *d;
+	ck_assert_int_eq(zip_read(&z, zip_find(&z, "b.txt"), &d, &e), -1);
+	arena_set_budget(was);
+	ck_assert_msg(strstr(e.msg, "member 'b.txt' (deflated, 2000 bytes): needs 2000 bytes of memory, more than the memory budget allows") != NULL,
+		      "%s", e.msg);
+	arena_free(a);
+	free(b);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("zip");
@@ -288,6 +382,9 @@ int main(void)
 	tcase_add_test(tc, zip_lying_sizes);
 	tcase_add_test(tc, zip_offsets_past_end);
 	tcase_add_test(tc, zip_corrupt_data);
+	tcase_add_test(tc, zip_local_header_disagrees);
+	tcase_add_test(tc, zip_overlapping_members);
+	tcase_add_test(tc, zip_inflate_over_budget);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
