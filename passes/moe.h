@@ -120,10 +120,11 @@ int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int
 int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
 /* The sparse dispatch (sparse.c): 1 rewritten, 0 the layer has a form the
  * sparse dispatch cannot express (lr->fallback says why; nothing changed),
- * -1 error. dims: g_dims' memo. */
-int moe_sparse(Ctx *c, Layer *L, WSrc *w, Map *dims, LayerReport *lr, Err *e);
+ * -1 error. Sizes come from the shape inference of the model as loaded:
+ * run after g_infer. */
+int moe_sparse(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
 /* FLOPs of one expert's Convs for one input, -1 when a size is unknown. */
-double moe_expert_flops(Ctx *c, const Layer *L, Map *dims);
+double moe_expert_flops(const Layer *L);
 
 /* Folds If(Equal(Gather(Shape(t), d), 1)) {Squeeze} {Identity} shape guards
  * whose dimension is provably 1 (dry: only count them). Returns how many,
@@ -150,18 +151,5 @@ const char *emit_ones_shape(Emit *m, int rank); /* [-1, 1, ..., 1] */
 
 /* Helpers shared by the MoE passes. */
 const char *expert_path(Ctx *c, const SpecLayer *s, int id); /* "model.0.experts.3" */
-
-/* Static dimensions of a value (dims.c): fills dims[0..rank) with sizes,
- * -1 where unknown, and returns the rank, -1 when unknown. memo (map_init'ed
- * by the caller, value name -> result) carries results across calls while
- * the graph keeps its values' shapes. To be replaced by src/infer.c. */
-enum { DIMS_MAX = 8 };
-int g_dims(Ctx *c, const Graph *g, const char *name, Map *memo, int64_t *dims);
-/* Records what is known of a value's dims in the memo (rank -1: unknown). */
-void g_dims_put(Ctx *c, Map *memo, const char *name, const int64_t *dims, int rank);
-/* Before a layer's rewrite renames its routed sum's producer: records the
- * sum's dims, from the graph, else as one expert's output over the whole
- * batch, so later layers' queries see through it. */
-void moe_note_dims(Ctx *c, const Layer *L, Map *dims);
 
 #endif

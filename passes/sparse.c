@@ -28,7 +28,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "infer.h"
 #include "moe.h"
+
+/* Ranks past this are not feature maps any layout here handles. */
+enum { DIMS_MAX = 8 };
 
 typedef enum { V_X = 1, V_STACK, V_CONST } Kind;
 
@@ -44,7 +48,6 @@ typedef struct {
 	const Expert *tpl;
 	const Graph *tg; /* the template's graph */
 	WSrc *w;
-	Map *dims;
 	Mapping m;
 	int mapped;
 	int E, k, r;
@@ -413,6 +416,18 @@ static int64_t numel(const int64_t *d, int n)
 	return p;
 }
 
+/* A value's dims as the shape inference has them: the rank, -1 when
+ * unknown; d[i] = -1 where a size is unknown (or past any real tensor). */
+static int dims_of(const Graph *g, const char *name, int64_t *d)
+{
+	const Ty *t = g_ty(g, name);
+	if (!t || t->rank < 0 || t->rank > DIMS_MAX)
+		return -1;
+	for (int i = 0; i < t->rank; i++)
+		d[i] = t->dim[i] < 0 || t->dim[i] > SLIM ? -1 : t->dim[i];
+	return t->rank;
+}
+
 static int conv(S *s, size_t i)
 {
 	const Node *n = s->tpl->node[i];
@@ -422,7 +437,7 @@ static int conv(S *s, size_t i)
 	if (!a || a->kind == V_CONST || !wt)
 		return no(s, "Conv '%s' does not read a value and a constant weight", nname(n));
 	int64_t wd[DIMS_MAX], grp = g_attr_i(n, "group", 1);
-	int wr = g_dims(s->c, s->tg, n->input[1], s->dims, wd);
+	int wr = dims_of(s->tg, n->input[1], wd);
 	if (wr != s->r || numel(wd, wr) != g_tensor_numel(wt) || grp < 1)
 		return no(s, "Conv '%s' has a weight of rank %d (its data has rank %d) or a group of %lld", nname(n), wr,
 			  s->r, (long long)grp);
@@ -597,7 +612,7 @@ static int slice(S *s, size_t i)
 			return no(s, "the batch is dynamic and Slice '%s' cuts a spatial axis the 1x1 layout flattens",
 				  nname(n));
 	}
-	int orank = g_dims(s->c, s->tg, n->output[0], s->dims, d);
+	int orank = dims_of(s->tg, n->output[0], d);
 	int64_t ch = !chan ? a->ch : orank == s->r ? d[1] : -1;
 	if (s->dry) {
 		put(s, n->output[0], V_STACK, NULL, ch);
@@ -666,7 +681,7 @@ static int operand(S *s, size_t i, size_t j, int64_t ch, const char **out, int64
 	size_t ni, si;
 	const Tensor *tt = tpl_tensor(s, i, j, &ni, &si);
 	int64_t d[DIMS_MAX];
-	int cr = g_dims(s->c, s->tg, n->input[j], s->dims, d);
+	int cr = dims_of(s->tg, n->input[j], d);
 	if (!tt || cr < 0 || cr > s->r || numel(d, cr) != g_tensor_numel(tt))
 		return no(s, "%s '%s' reads a constant of unknown shape", n->op_type, nname(n));
 	if (!check_const(s, i, j, tt))
@@ -964,7 +979,7 @@ static const char *sum_slots(S *s)
 	return sum;
 }
 
-double moe_expert_flops(Ctx *c, const Layer *L, Map *dims)
+double moe_expert_flops(const Layer *L)
 {
 	const Expert *t = &L->ex[0];
 	double f = 0;
@@ -973,7 +988,7 @@ double moe_expert_flops(Ctx *c, const Layer *L, Map *dims)
 		if (!g_is(n, "Conv") || n->n_input < 2)
 			continue;
 		int64_t w[DIMS_MAX], o[DIMS_MAX];
-		int wr = g_dims(c, t->g, n->input[1], dims, w), orank = g_dims(c, t->g, n->output[0], dims, o);
+		int wr = dims_of(t->g, n->input[1], w), orank = dims_of(t->g, n->output[0], o);
 		int64_t a = wr > 0 ? numel(w, wr) : -1, b = orank > 2 ? numel(o + 2, orank - 2) : -1;
 		if (a < 0 || b < 0)
 			return -1;
@@ -982,27 +997,11 @@ double moe_expert_flops(Ctx *c, const Layer *L, Map *dims)
 	return f;
 }
 
-void moe_note_dims(Ctx *c, const Layer *L, Map *dims)
-{
-	int64_t d[DIMS_MAX], o[DIMS_MAX], x[DIMS_MAX];
-	int r = g_dims(c, c->g, L->combined, dims, d);
-	int orank = g_dims(c, L->ex[0].g, L->ex[0].out, dims, o), xr = g_dims(c, c->g, L->x, dims, x);
-	if (orank < 1 || (r >= 0 && r != orank))
-		return;
-	if (r < 0)
-		for (int i = 0; i < orank; i++)
-			d[i] = -1;
-	for (int i = 0; i < orank; i++)
-		if (d[i] < 0)
-			d[i] = i ? o[i] : xr > 0 ? x[0] : -1;
-	g_dims_put(c, dims, L->combined, d, orank);
-}
-
 /* Whether the router's indices hold k ids per sample (not per position). */
 static int per_sample(S *s)
 {
 	int64_t d[DIMS_MAX];
-	int r = g_dims(s->c, s->c->g, s->L->indices, s->dims, d);
+	int r = dims_of(s->c->g, s->L->indices, d);
 	if (r < 0)
 		return s->L->form == FORM_ROWS; /* the row gather dispatches whole samples */
 	if (r < 2 || (d[1] >= 0 && d[1] != s->k) || (s->B > 0 && d[0] >= 0 && d[0] != s->B))
@@ -1013,9 +1012,9 @@ static int per_sample(S *s)
 	return 1;
 }
 
-int moe_sparse(Ctx *c, Layer *L, WSrc *w, Map *dims, LayerReport *lr, Err *e)
+int moe_sparse(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 {
-	S s = { .c = c, .L = L, .tpl = &L->ex[0], .tg = L->ex[0].g, .w = w, .dims = dims, .e = e };
+	S s = { .c = c, .L = L, .tpl = &L->ex[0], .tg = L->ex[0].g, .w = w, .e = e };
 	s.E = L->spec->experts;
 	s.k = L->spec->top_k;
 	s.r = L->rank;
@@ -1038,7 +1037,7 @@ int moe_sparse(Ctx *c, Layer *L, WSrc *w, Map *dims, LayerReport *lr, Err *e)
 		}
 	}
 	int64_t xd[DIMS_MAX];
-	int xr = g_dims(c, c->g, L->x, dims, xd);
+	int xr = dims_of(c->g, L->x, xd);
 	if (s.r < 3 || s.r > DIMS_MAX)
 		no(&s, "expert outputs of rank %d are not feature maps", s.r);
 	else if (xr != s.r)

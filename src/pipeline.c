@@ -161,10 +161,6 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	if (moe_bind(&c, spec, L, nl, bound, bind_source, &ss, e))
 		goto out;
 	r->layer = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *r->layer);
-	/* Static dims of values, shared by the layers: each walks back only to
-	 * where the previous one stopped. */
-	Map dims;
-	map_init(&dims, md->a, 256);
 	/* Every layer is repaired on the index of the model as exported: the
 	 * repairs keep the names other layers read, and no layer's detection
 	 * depends on another's repair, so one reindex after all of them
@@ -191,10 +187,9 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		WSrc *w = NULL;
 		if ((int)l->nex < l->spec->experts && !(w = source(open, &nopen, l->spec, md->a, e)) && l->spec->weights)
 			goto out;
-		moe_note_dims(&c, l, &dims);
-		lr->expert_flops = moe_expert_flops(&c, l, &dims);
+		lr->expert_flops = moe_expert_flops(l);
 		int sparse = 0;
-		if (o->dispatch == DISPATCH_SPARSE && (sparse = moe_sparse(&c, l, w, &dims, lr, e)) < 0)
+		if (o->dispatch == DISPATCH_SPARSE && (sparse = moe_sparse(&c, l, w, lr, e)) < 0)
 			goto out;
 		if (!sparse && moe_densify(&c, l, w, lr, e))
 			goto out;

@@ -2,7 +2,6 @@
  * checker, module-path matching, and rank inference. Graphs are built
  * through the same mutation API the passes use. */
 #include <check.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,60 +233,6 @@ START_TEST(rank_inference)
 }
 END_TEST
 
-static int dims_of(T *t, Map *memo, const char *v, const char *want)
-{
-	int64_t d[DIMS_MAX];
-	int r = g_dims(&t->c, t->c.g, v, memo, d);
-	char buf[128] = "";
-	for (int i = 0; i < r; i++)
-		snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%lld", i ? "," : "", (long long)d[i]);
-	if (r < 0)
-		strcpy(buf, "?");
-	if (strcmp(buf, want))
-		fprintf(stderr, "dims of %s: %s, want %s\n", v, buf, want);
-	return !strcmp(buf, want);
-}
-
-START_TEST(dims_inference)
-{
-	T t;
-	mk(&t); /* x: [2,2,2,2] */
-	int64_t wd[] = { 6, 2, 3, 3 }, pads[] = { 1, 1, 1, 1 }, st[] = { 2, 2 }, k2[] = { 2, 2 }, shp[] = { 0, -1 },
-		idx[] = { 0, 1, 1 }, cd[] = { 2, 1, 1 };
-	float zero[108] = { 0 };
-	const char *w = g_add_init(&t.c, t.c.g, "w", 1, wd, 4, zero, sizeof zero)->name;
-	const char *c = g_add_init(&t.c, t.c.g, "c", 1, cd, 3, zero, 8)->name;
-	const char *shape = g_add_init_i64(&t.c, t.c.g, "shape", shp, 2, 0)->name;
-	const char *ix = g_add_init_i64(&t.c, t.c.g, "ix", idx, 3, 0)->name;
-	Node *n = add(&t, "Conv", "conv", "x", w, "conv_out");
-	g_set_attr_ints(&t.c, n, "pads", pads, 4);
-	g_set_attr_ints(&t.c, n, "strides", st, 2);
-	n = add(&t, "MaxPool", "pool", "x", NULL, "pool_out");
-	g_set_attr_ints(&t.c, n, "kernel_shape", k2, 2);
-	n = add(&t, "Concat", "cat", "x", "x", "cat_out");
-	g_set_attr_i(&t.c, n, "axis", 1);
-	add(&t, "Reshape", "r", "cat_out", shape, "r_out");
-	add(&t, "Gather", "g", "x", ix, "g_out");
-	add(&t, "Mul", "m", "x", c, "m_out");
-	add(&t, "Relu", "relu", "conv_out", NULL, "relu_out");
-	g_reindex(&t.c, &t.e);
-	Map memo;
-	map_init(&memo, t.a, 16);
-	ck_assert(dims_of(&t, &memo, "relu_out", "2,6,1,1")); /* (2 + 2 - 3) / 2 + 1 */
-	ck_assert(dims_of(&t, &memo, "pool_out", "2,2,1,1"));
-	ck_assert(dims_of(&t, &memo, "cat_out", "2,4,2,2"));
-	ck_assert(dims_of(&t, &memo, "r_out", "2,16"));
-	ck_assert(dims_of(&t, &memo, "g_out", "3,2,2,2"));
-	ck_assert(dims_of(&t, &memo, "m_out", "2,2,2,2"));
-	ck_assert(dims_of(&t, &memo, "nowhere", "?"));
-	int64_t put[] = { 5, -1 };
-	g_dims_put(&t.c, &memo, "conv_out", put, 2); /* a memo entry wins: a pass may know better */
-	ck_assert(dims_of(&t, &memo, "conv_out", "5,-1"));
-	g_fini(&t.c);
-	arena_free(t.a);
-}
-END_TEST
-
 START_TEST(put_attr_leaves_the_source)
 {
 	T t;
@@ -319,7 +264,6 @@ int main(void)
 	tcase_add_test(tc, two_producers_and_undefined_inputs);
 	tcase_add_test(tc, undeclared_domain);
 	tcase_add_test(tc, rank_inference);
-	tcase_add_test(tc, dims_inference);
 	tcase_add_test(tc, put_attr_leaves_the_source);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
