@@ -36,13 +36,13 @@ static int check_agree(const SpecLayer *s, const Layer *L, Err *e)
 	if (L->topk_k >= 0 && L->topk_k != s->top_k)
 		return errf(e, "layer %s: experts.yaml says top_k: %d, but the router's TopK '%s' takes %lld; fix top_k",
 			    s->scope, s->top_k, L->topk->name ? L->topk->name : "", (long long)L->topk_k);
-	if (L->width >= 0 && L->width != s->experts)
-		return errf(e, "layer %s: experts.yaml says experts: %d, but the router scores %lld experts; fix experts",
-			    s->scope, s->experts, (long long)L->width);
 	for (size_t k = 0; k < L->nex; k++)
 		if (L->ex[k].id >= s->experts)
 			return errf(e, "layer %s: the dispatch compares the router indices with expert id %d, but experts: %d; fix experts",
 				    s->scope, L->ex[k].id, s->experts);
+	if (L->width >= 0 && L->width != s->experts)
+		return errf(e, "layer %s: experts.yaml says experts: %d, but the router scores %lld experts; fix experts",
+			    s->scope, s->experts, (long long)L->width);
 	return 0;
 }
 
@@ -67,6 +67,31 @@ static int sizes_fit(Ctx *c, const SpecLayer *s, const Layer *L, WSrc *w)
 			found = wt_numel(wsrc_sorted(w, i)) == want;
 		if (want > 0 && !found)
 			return 0;
+	}
+	return 1;
+}
+
+/* Whether spec layers a and b hold the same experts in w, tensor for
+ * tensor and byte for byte: a pool of experts shared by several layers
+ * (SharedExpertMoE), which the checkpoint repeats under each scope. */
+static int same_pool(Ctx *c, const SpecLayer *a, const SpecLayer *b, WSrc *w)
+{
+	if (a->experts != b->experts || a->top_k != b->top_k)
+		return 0;
+	for (int id = 0; id < a->experts; id++) {
+		const char *pa = arena_printf(c->a, "%s%s.", a->prefix ? a->prefix : "", expert_path(c, a, id));
+		const char *pb = arena_printf(c->a, "%s%s.", b->prefix ? b->prefix : "", expert_path(c, b, id));
+		size_t alo, ahi, blo, bhi;
+		wsrc_range(w, pa, &alo, &ahi);
+		wsrc_range(w, pb, &blo, &bhi);
+		if (ahi - alo != bhi - blo || alo == ahi)
+			return 0;
+		for (size_t i = alo; i < ahi; i++) {
+			const WTensor *x = wsrc_sorted(w, i);
+			const WTensor *y = wsrc_get(w, arena_printf(c->a, "%s%s", pb, x->name + strlen(pa)));
+			if (!y || y->dtype != x->dtype || y->nbytes != x->nbytes || memcmp(y->data, x->data, x->nbytes))
+				return 0;
+		}
 	}
 	return 1;
 }
@@ -97,9 +122,17 @@ static int by_value(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, i
 			Mapping m;
 			if (moe_map(c, &t, &t.ex[0], w, &m, &why))
 				continue;
-			if (nfit++ == 0)
+			if (nfit++ == 0) {
 				first = j;
-			else
+				continue;
+			}
+			/* Two routers fit: harmless when another layer of experts.yaml
+			 * holds the very same experts (a shared pool), which then gets
+			 * the other router; either way the same tensors are rebuilt. */
+			int shared = 0;
+			for (size_t i2 = 0; i2 < s->nlayer && !shared; i2++)
+				shared = i2 != i && !bound[i2] && same_pool(c, sl, &s->layer[i2], w);
+			if (!shared)
 				return errf(e, "layer %s: the experts of two routers ('%s', '%s') match the checkpoint under '%s'; set router.indices in experts.yaml",
 					    sl->scope, L[first].scope, L[j].scope, expert_path(c, sl, L[j].ex[0].id));
 		}

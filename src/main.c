@@ -511,7 +511,17 @@ done:
 		else if (mode == RUN_REPAIR)
 			fprintf(stderr, "%s: %s -> %s\n", in, r.changed ? "repaired" : "nothing to repair, copy written", out);
 		else if (r.damaged)
-			fprintf(stderr, "%s: needs repair%s\n", in, spec ? "" : "; run with --experts experts.yaml");
+		{
+			int lost = 0;
+			for (size_t i = 0; i < r.nlayer; i++)
+				lost += r.layer[i].why != NULL;
+			if (lost)
+				fprintf(stderr, "%s: needs repair; %d layer%s cannot be repaired by this tool (see above)\n", in, lost,
+					lost == 1 ? "" : "s");
+			else
+				fprintf(stderr, "%s: needs repair%s\n", in,
+					spec || g->weights ? "" : "; run with --weights CHECKPOINT (or --experts experts.yaml)");
+		}
 		else
 			fprintf(stderr, "%s: nothing needs repair%s\n", in,
 			        spec || r.nlayer ? "" : " (no MoE router found)");

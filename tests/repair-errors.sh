@@ -1,10 +1,15 @@
 #!/bin/sh
 # When detection or the weight mapping fails, the tool says what it found and
 # which experts.yaml key would resolve it, in one line, exit 2, and writes
-# nothing.
+# nothing. Then experts.yaml variants of the YOLO-Master pattern cases that
+# must repair right (post-TopK weight transform, fp16 checkpoint with
+# BatchNorm eps 1e-3).
 . "$top_srcdir/tests/lib.sh"
 d=$top_srcdir/testdata/example
 k2=$top_srcdir/testdata/detector_k2
+ag=$top_srcdir/testdata/adaptive_gate
+gf=$top_srcdir/testdata/gated_fusion
+fp=$top_srcdir/testdata/fp16_eps
 
 # case NAME MODEL EXPECTED-SUBSTRING -- YAML lines...
 case_() {
@@ -22,7 +27,30 @@ case_ "scope that names nothing" "$d/broken.onnx" "layer model.9: no MoE router 
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.9" "    experts: 4" "    top_k: 2"
 case_ "expert pattern that names nothing" "$d/broken.onnx" "matches no checkpoint tensor under 'model.0.blocks.0.'" -- \
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" "    expert: blocks.{i}"
-case_ "fewer experts than dispatched" "$d/broken.onnx" "experts.yaml says experts: 3, but the router scores 4 experts" -- \
+# also_ NAME SUBSTRING: the error of the last case_ holds SUBSTRING too.
+also_() { grep -qF -- "$2" "$T/err" || fail "$1: want '$2' in: $(cat "$T/err")"; }
+
+# A top_k or experts count that disagrees with the graph is refused, naming
+# both values, before any weight is looked up.
+case_ "top_k that disagrees with the router" "$d/broken.onnx" "experts.yaml says top_k: 1, but the router's TopK" -- \
+	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 1"
+also_ "top_k that disagrees with the router" "takes 2; fix top_k"
+case_ "top_k that disagrees with a router whose weights are transformed after TopK" "$ag/broken.onnx" \
+	"experts.yaml says top_k: 2, but the router's TopK" -- \
+	"weights: $ag/model.safetensors" "moe:" "  - {scope: model.1, experts: 6, top_k: 2}"
+also_ "top_k that disagrees with a router whose weights are transformed after TopK" "takes 3; fix top_k"
+case_ "more experts than the router scores (conv router)" "$d/broken.onnx" \
+	"experts.yaml says experts: 6, but the router scores 4 experts" -- \
+	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 6" "    top_k: 2"
+case_ "more experts than the router scores (Linear router)" "$gf/broken.onnx" \
+	"experts.yaml says experts: 8, but the router scores 6 experts" -- \
+	"weights: $gf/model.safetensors" "moe:" "  - {scope: model.1, experts: 8, top_k: 2}"
+case_ "fewer experts than dispatched through a transformed mask" "$ag/broken.onnx" \
+	"compares the router indices with expert id 3, but experts: 3" -- \
+	"weights: $ag/model.safetensors" "moe:" "  - {scope: model.1, experts: 3, top_k: 3}"
+case_ "fp16 checkpoint: an ema entry that is None" "$fp/broken.onnx" "checkpoint entry 'ema' is None" -- \
+	"weights: $fp/best.pt" "checkpoint_key: ema" "moe:" "  - {scope: model.1, experts: 4, top_k: 2}"
+case_ "fewer experts than dispatched" "$d/broken.onnx" "compares the router indices with expert id 3, but experts: 3" -- \
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 3" "    top_k: 2"
 case_ "checkpoint of another model" "$d/broken.onnx" "matches no checkpoint tensor under 'model.0.experts.0.'" -- \
 	"weights: $top_srcdir/testdata/single_gn/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2"
@@ -33,4 +61,36 @@ case_ "router override that is not a value" "$d/broken.onnx" "router.indices '/n
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" "    router:" "      indices: /nope"
 case_ "output override that is not a value" "$d/broken.onnx" "output '/nope' is not a value of the model" -- \
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" "    output: /nope"
+
+# The variants that must repair right.
+node=${NODE:-node}
+cmp="$top_srcdir/tests/ort/compare.js"
+if (cd "$top_srcdir" && "$node" -e "require.resolve('onnxruntime-node')") >/dev/null 2>&1; then
+	opcount() { "$node" -e "const c=JSON.parse(process.argv[1]);console.log(c[process.argv[2]]||0)" \
+		"$("$node" "$top_srcdir/tests/ort/ops.js" "$1")" "$2"; }
+	# Post-TopK transform: the repaired dispatch must weight by the masked,
+	# renormalised weights (the generator proved the raw top-k off by > 1e-2).
+	if expect 0 "adaptive_gate: repair" -- "$BIN" -q "$ag/broken.onnx" --experts "$ag/experts.yaml" -o "$T/ag.onnx"; then
+		"$node" "$cmp" "$T/ag.onnx" "$ag" --right >"$T/ort" 2>&1 &&
+			ok "adaptive_gate: the transformed weights are used ($(tail -n 1 "$T/ort" | sed 's/.*max abs diff \([^:]*\):.*/\1/'))" ||
+			fail "adaptive_gate: ONNX Runtime: $(tail -n 1 "$T/ort")"
+		[ "$(opcount "$T/ag.onnx" LessOrEqual)" -ge 1 ] && ok "adaptive_gate: the slot mask stays in the graph" ||
+			fail "adaptive_gate: the slot mask (LessOrEqual) is gone from the repaired model"
+	fi
+	# fp16 best.pt, eps 1e-3: the default entry ('ema' is None, so 'model')
+	# and the entry named explicitly give the same, right model.
+	printf '%s\n' "weights: $fp/best.pt" "checkpoint_key: model" "moe:" "  - {scope: model.1, experts: 4, top_k: 2}" >"$T/fp.yaml"
+	if expect 0 "fp16_eps: repair from best.pt" -- "$BIN" -q "$fp/broken.onnx" --experts "$fp/experts.yaml" -o "$T/fp.onnx" &&
+		expect 0 "fp16_eps: repair with checkpoint_key: model" -- "$BIN" -q "$fp/broken.onnx" --experts "$T/fp.yaml" -o "$T/fp2.onnx"; then
+		"$node" "$cmp" "$T/fp.onnx" "$fp" --right >"$T/ort" 2>&1 &&
+			ok "fp16_eps: folded with eps 1e-3 from fp16 statistics ($(tail -n 1 "$T/ort" | sed 's/.*max abs diff \([^:]*\):.*/\1/'))" ||
+			fail "fp16_eps: ONNX Runtime: $(tail -n 1 "$T/ort")"
+		cmp -s "$T/fp.onnx" "$T/fp2.onnx" && ok "fp16_eps: checkpoint_key: model gives the same bytes" ||
+			fail "fp16_eps: checkpoint_key: model repairs differently from the default entry"
+	fi
+elif [ "${MOE_ALLOW_NO_ORT:-}" = 1 ]; then
+	echo "skip: the repair variants (onnxruntime-node missing)"
+else
+	fail "onnxruntime-node missing: run npm install --ignore-scripts in $top_srcdir"
+fi
 finish

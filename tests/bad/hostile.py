@@ -189,10 +189,13 @@ nodes += [helper.make_node('Unsqueeze', ['v60', 'ax'], ['t']),
           helper.make_node('Gather', ['s', 'd'], ['g']),
           helper.make_node('Constant', [], ['one'], value=numpy_helper.from_array(np.array(1, np.int64))),
           helper.make_node('Equal', ['g', 'one'], ['c'])]
-th = helper.make_graph([helper.make_node('Squeeze', ['t', 'ax'], ['o1'])], 'th', [], [vi('o1')])
-el = helper.make_graph([helper.make_node('Identity', ['t'], ['o2'])], 'el', [], [vi('o2')])
+# int64 throughout: Gather's indices are integers, so the model is valid
+# and only the cost of its shape questions is on trial.
+i64 = lambda n: helper.make_tensor_value_info(n, TensorProto.INT64, None)
+th = helper.make_graph([helper.make_node('Squeeze', ['t', 'ax'], ['o1'])], 'th', [], [i64('o1')])
+el = helper.make_graph([helper.make_node('Identity', ['t'], ['o2'])], 'el', [], [i64('o2')])
 nodes.append(helper.make_node('If', ['c'], ['y'], then_branch=th, else_branch=el, name='guard'))
-w('rank_blowup.onnx', model(nodes, [vi('x')], [vi('y')],
+w('rank_blowup.onnx', model(nodes, [i64('x')], [i64('y')],
                             [numpy_helper.from_array(np.array([0], np.int64), 'ax')]))
 
 # YAML nested 30 000 levels deep (libyaml's scanner is quadratic in depth).

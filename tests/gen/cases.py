@@ -5,6 +5,7 @@ Each case is seeded, so regenerating gives the same weights and references
 (the .onnx bytes may change with the torch version that exports them)."""
 import copy
 import os
+import subprocess
 import sys
 
 import torch
@@ -66,6 +67,111 @@ def scripted_if():
 		dict(c=3, hw=16, scripted=script_all)
 
 
+# --- export patterns of the YOLO-Master models (clean-room modules) ----------
+
+def yolo_reshape():
+	"""Reshaped indices: the router hands its top-k on as view(B, k) and
+	[B, k, 1, 1]; the layer takes reshape(B, -1)[:, :k].long() before the
+	dispatch Equal.  Detector-style forward loop: scopes /model.N/."""
+	return G.LoopNet([G.stem(3, 8, 1), G.ReshapedIndexMoE(8, 4, 2)]), \
+		dict(c=3, hw=16, opset=13)
+
+
+def yolo_cast():
+	"""Casts around the weighted product (out.to(dt) * w.to(dt), then
+	(out * w.to(dt)).to(dt)) and index_add_ into a fresh zeros tensor.
+	Opset 11: ScatterElements, Squeeze/Unsqueeze with attribute axes."""
+	return G.LoopNet([G.stem(3, 8, 1), G.CastMoE(8, 4, 2, style="both"), G.stem(8, 8),
+		G.CastMoE(8, 6, 2, "k3", style="after")]), dict(c=3, hw=16, opset=11, pairs=4)
+
+
+def bare_module():
+	"""The MoE module itself is the exported model, as in the PR #74 test:
+	node scopes /router/, /experts.1/ ..., checkpoint keys experts.1....,
+	scope "" in experts.yaml; input `input`, output `output`; GroupNorm
+	experts exported without constant folding, so initializers keep their
+	checkpoint names and the GroupNorm affine goes through Unsqueeze."""
+	return G.MoE(8, 4, 2, "gn"), dict(c=8, hw=16, names=("input", "output"), fold=False)
+
+
+def nested_scope():
+	"""Two MoE layers two containers deep in one block at model.4: module
+	paths model.4.m.0.0.mlp and model.4.m.0.1.mlp, node scopes
+	/model.4/m.0/m.0.0/mlp/ and /model.4/m.0/m.0.1/mlp/ (both named `mlp`)."""
+	return G.LoopNet([G.stem(3, 8, 1), G.stem(8, 8), G.ConvBNAct(8, 8, 3),
+		G.ConvBNAct(8, 8), G.NestedBlock(8, (4, 6), 2)]), \
+		dict(c=3, hw=16, opset=14, pairs=4)
+
+
+def gated_fusion():
+	"""A squeeze-excitation gate through Linear layers (Gemm) in front of the
+	experts, a static path beside them, and a cross gate (tanh of a
+	parameter) that mixes cat([static, routed]): the routed sum feeds a
+	Concat and a Mul."""
+	return G.LoopNet([G.stem(3, 8, 1), G.GatedFusionMoE(8, 6, 2)]), \
+		dict(c=3, hw=16, opset=15, pairs=4)
+
+
+def needs_transform(net, ins, outs):
+	"""The references must tell the transformed weights from the raw top-k."""
+	ms = [m for _, m in G.moe_layers(net) if isinstance(m, G.AdaptiveGateMoE)]
+	for m in ms:
+		m.transform = False
+	try:
+		with torch.no_grad():
+			dd = max((net(t) - o).abs().max().item() for t, o in zip(ins, outs))
+	finally:
+		for m in ms:
+			m.transform = True
+	if dd <= 1e-2:
+		sys.exit(f"untransformed weights differ from the references by only {dd}")
+	return f"raw top-k weights instead of the transformed ones: max abs diff {dd:.3g}"
+
+
+def adaptive_gate():
+	"""Post-TopK weight transform: a complexity estimate keeps 1..k slots per
+	image, the weights are masked, renormalised with a clamped sum and
+	reshaped; dispatch mask (idx == i) & (w > 0); the rows' weights are
+	gathered from the transformed tensor."""
+	return G.LoopNet([G.stem(3, 8, 1), G.AdaptiveGateMoE(8, 6, 3)]), \
+		dict(c=3, hw=16, opset=16, pairs=4, checks=(needs_transform,))
+
+
+def needs_eps(net, ins, outs):
+	"""The references must tell BatchNorm eps 1e-3 from the default 1e-5."""
+	bns = [b for _, m in G.moe_layers(net) for b in G.experts_of(m).modules()
+		if isinstance(b, torch.nn.BatchNorm2d)]
+	for b in bns:
+		assert b.eps == 1e-3
+		b.eps = 1e-5
+	try:
+		with torch.no_grad():
+			dd = max((net(t) - o).abs().max().item() for t, o in zip(ins, outs))
+	finally:
+		for b in bns:
+			b.eps = 1e-3
+	if dd <= 1e-3:
+		sys.exit(f"BatchNorm eps 1e-5 instead of 1e-3 changes the references by only {dd}")
+	return f"experts folded with eps 1e-5 instead of 1e-3: max abs diff {dd:.3g}"
+
+
+def fp16_eps():
+	"""An fp16 trainer checkpoint (best.pt: the pickled model in half
+	precision under 'model', 'ema' None), experts Conv+BN(eps 1e-3)+SiLU
+	folded by the exporter into onnx::Conv_N weights."""
+	return G.LoopNet([G.ConvBNAct(3, 8, 3, eps=1e-3), G.EpsMoE(8, 4, 2),
+		G.ConvBNAct(8, 8, 3, 2, eps=1e-3)]), \
+		dict(c=3, hw=16, opset=12, half=True, weights=("best.pt",), checks=(needs_eps,))
+
+
+def scripted_gather():
+	"""torch.jit.script of the traced modules' own dispatch (torch.where,
+	index_add_): each expert's If body gathers its rows (NonZero, Split,
+	Squeeze, Gather) and its weights, and scatters the weighted rows back."""
+	return G.Net([G.stem(3, 8, 1), G.ScriptedGatherMoE(8, 4, 2, "bn")]), \
+		dict(c=3, hw=16, opset=16, scripted=script_all)
+
+
 def batch2():
 	"""A static batch of 2: the sparse dispatch folds it into grouped Convs."""
 	return G.Net([G.stem(3, 8), G.MoE(8, 8, 2, "gn"), G.stem(8, 8), G.MoE(8, 4, 2, "dw")]), \
@@ -73,19 +179,28 @@ def batch2():
 
 
 CASES = {f.__name__: f for f in (example, single_gn, detector_k2, detector_k1,
-	dynbatch, sharedstem, convkinds, scripted_if, batch2)}
+	dynbatch, sharedstem, convkinds, scripted_if, yolo_reshape, yolo_cast, bare_module,
+	nested_scope, gated_fusion, adaptive_gate, fp16_eps, scripted_gather, batch2)}
 
 
 def main(argv):
 	if len(argv) < 2 or any(a not in CASES for a in argv[2:]):
 		sys.exit(f"usage: {argv[0]} OUTDIR [{'|'.join(CASES)}...]")
+	names = [n for n in CASES if len(argv) == 2 or n in argv[2:]]
+	if len(names) > 1:
+		# One process per case: TorchScript reuses the types it compiled
+		# for an earlier case, and a reused type's nodes get other scope
+		# names (/model/1/1/Conv instead of /model/1/experts.1/Conv), so a
+		# scripted case would depend on what ran before it.
+		for name in names:
+			subprocess.run([sys.executable, os.path.abspath(__file__), argv[1], name], check=True)
+		return
 	torch.set_num_threads(1)
-	for seed, name in enumerate(CASES):
-		if len(argv) > 2 and name not in argv[2:]:
-			continue
-		torch.manual_seed(seed)
-		net, kw = CASES[name]()
-		G.save_case(argv[1], name, net, seed=seed, **kw)
+	name = names[0]
+	seed = list(CASES).index(name)
+	torch.manual_seed(seed)
+	net, kw = CASES[name]()
+	G.save_case(argv[1], name, net, seed=seed, **kw)
 
 
 if __name__ == "__main__":

@@ -128,6 +128,7 @@ def dense_mix(outs, w, idx):
 
 class MoE(nn.Module):
 	"""Spatial-router MoE: shared path + clipped sparse expert sum."""
+	expert_pattern = "experts.{i}"
 
 	def __init__(self, c, e, k, kind="bn", hidden=8):
 		super().__init__()
@@ -154,6 +155,7 @@ class MoE(nn.Module):
 class SharedStemMoE(nn.Module):
 	"""Experts are 1x1 projections of a shared inverted stem; dispatch over
 	torch.unique(idx).tolist(), which the tracer freezes to the dummy's experts."""
+	expert_pattern = "expert_projections.{i}"
 
 	def __init__(self, c, e, k, hidden=16):
 		super().__init__()
@@ -183,6 +185,7 @@ class SharedStemMoE(nn.Module):
 class ScriptedMoE(nn.Module):
 	"""Meant for torch.jit.script: the `if` on a tensor becomes an ONNX If
 	around every expert (all present, but behind control flow)."""
+	expert_pattern = "experts.{i}"
 
 	def __init__(self, c, e, k, kind="bias", hidden=8):
 		super().__init__()
@@ -198,6 +201,326 @@ class ScriptedMoE(nn.Module):
 			if bool(m.sum() > 0):
 				we = (w * m).sum(1)
 				y = y + ex(x) * we.view(-1, 1, 1, 1)
+			i += 1
+		return x + y
+
+
+# --- export patterns of the YOLO-Master models (clean-room) ------------------
+#
+# Each class below reproduces one way real MoE detectors write the routing
+# and the dispatch, so that the traced export has the same ONNX pattern.
+
+def sparse_dispatch(x, w, idx, experts, mask_fn=None, combine=None, zeros=None):
+	"""The `if mask.any()` dispatch with index_add_, as the detectors write
+	it.  w and idx are [B, k]; mask_fn(i) gives the [B, k] bool mask of
+	expert i (default idx == i); combine(out, wt) the weighted rows (default
+	out * wt); zeros the accumulator (default torch.zeros_like(x))."""
+	y = torch.zeros_like(x) if zeros is None else zeros
+	for e, ex in enumerate(experts):
+		mask = (idx == e) if mask_fn is None else mask_fn(e)
+		if mask.any():
+			b, s = torch.where(mask)
+			wt = w[b, s].view(-1, 1, 1, 1)
+			out = ex(x[b])
+			y.index_add_(0, b, out * wt if combine is None else combine(out, wt))
+	return y
+
+
+class ReshapeRouter(SpatialRouter):
+	"""A router that hands its top-k on reshaped: view(B, k), then
+	[B, k, 1, 1] (the weights through a cast), as broadcast-ready tensors."""
+
+	def forward(self, x):
+		b = x.shape[0]
+		p = self.logits(x).softmax(1)
+		w, idx = p.topk(self.k, 1)
+		w = w / (w.sum(1, keepdim=True) + 1e-6)
+		idx = idx.view(b, self.k)
+		return w.float().view(b, self.k, 1, 1), idx.view(b, self.k, 1, 1)
+
+
+class ReshapedIndexMoE(nn.Module):
+	"""The layer flattens the router's [B, k, 1, 1] back with reshape(B, -1),
+	slices the first k and casts the ids to int64 before comparing them
+	with each expert id: Equal(Cast(Slice(Reshape(Reshape(Reshape(TopK)))))."""
+	expert_pattern = "experts.{i}"
+
+	def __init__(self, c, e, k, kind="bn", hidden=8):
+		super().__init__()
+		self.dense = False
+		self.k = k
+		self.routing = ReshapeRouter(c, e, k)
+		self.experts = nn.ModuleList(Expert(c, hidden, kind) for _ in range(e))
+		self.shared_expert = nn.Sequential(nn.Conv2d(c, c, 1, bias=False),
+			nn.BatchNorm2d(c), nn.SiLU())
+
+	@property
+	def router(self):
+		return self.routing
+
+	def forward(self, x):
+		b = x.shape[0]
+		w, idx = self.routing(x)
+		idx = idx.reshape(b, -1)[:, :self.k].long()
+		w = w.reshape(b, -1)[:, :self.k]
+		if self.dense:
+			y = dense_mix([ex(x) for ex in self.experts], w, idx)
+		else:
+			y = sparse_dispatch(x, w, idx, self.experts)
+		return x + self.shared_expert(x) + y.clamp(-CLIP, CLIP)
+
+
+class CastMoE(nn.Module):
+	"""Casts around the weighted product, as mixed-precision-safe code does.
+	`style` "both": out.to(dtype) * w.to(dtype) (a Cast on the expert output
+	and one on the weight before the Mul); "after": (out * w.to(dtype)).to(dtype)
+	(a Cast on the weight, then one on the product).  The accumulator is a
+	fresh zeros tensor that index_add_ fills: ScatterElements into zeros + Add."""
+	expert_pattern = "experts.{i}"
+
+	def __init__(self, c, e, k, kind="bn", hidden=8, style="both"):
+		super().__init__()
+		self.dense = False
+		self.style = style
+		self.router = SpatialRouter(c, e, k)
+		self.experts = nn.ModuleList(Expert(c, hidden, kind) for _ in range(e))
+
+	def forward(self, x):
+		w, idx = self.router(x)
+		dt = x.dtype
+		if self.dense:
+			return x + dense_mix([ex(x) for ex in self.experts], w, idx)
+		if self.style == "both":
+			comb = lambda out, wt: out.to(dt) * wt.to(dt)  # noqa: E731
+			zeros = torch.zeros(x.shape, dtype=dt)
+		else:
+			comb = lambda out, wt: (out * wt.to(dt)).to(dt)  # noqa: E731
+			zeros = x.new_zeros(x.shape)
+		return x + sparse_dispatch(x, w, idx, self.experts, combine=comb, zeros=zeros)
+
+
+class ConvBNAct(nn.Module):
+	"""Conv (no bias) + BatchNorm + SiLU, the detector's basic block; its
+	attributes conv/bn/act give keys like `cv1.conv.weight`, `cv1.bn.running_var`."""
+
+	def __init__(self, c1, c2, k=1, s=1, g=1, eps=1e-5):
+		super().__init__()
+		self.conv = nn.Conv2d(c1, c2, k, s, k // 2, groups=g, bias=False)
+		self.bn = nn.BatchNorm2d(c2, eps=eps)
+		self.act = nn.SiLU()
+
+	def forward(self, x):
+		return self.act(self.bn(self.conv(x)))
+
+
+class AttnMoEUnit(nn.Module):
+	"""A transformer-style unit: a spatial mixing conv (`attn`) and an MoE
+	feed-forward (`mlp`), each residual."""
+
+	def __init__(self, c, e, k):
+		super().__init__()
+		self.attn = ConvBNAct(c, c, 3, g=c)
+		self.mlp = MoE(c, e, k, "bn")
+
+	def forward(self, x):
+		x = x + self.attn(x)
+		return self.mlp(x)
+
+
+class NestedBlock(nn.Module):
+	"""MoE units two containers deep, as PSA-style blocks nest them:
+	`m` is a ModuleList of Sequentials, so the MoE of unit j of group 0 has
+	the module path `<block>.m.0.j.mlp` and torch names its nodes
+	`/<block>/m.0/m.0.j/mlp/...`."""
+
+	def __init__(self, c, es, k):
+		super().__init__()
+		self.cv1 = ConvBNAct(c, c)
+		self.m = nn.ModuleList([nn.Sequential(*(AttnMoEUnit(c, e, k) for e in es))])
+		self.cv2 = ConvBNAct(2 * c, c)
+
+	def forward(self, x):
+		a = self.cv1(x)
+		b = a
+		for group in self.m:
+			b = group(b)
+		return self.cv2(torch.cat([a, b], 1))
+
+
+class CrossGate(nn.Module):
+	"""Gated fusion of two paths: cat([static, routed]) -> pooled MLP
+	(Gemm) -> sigmoid scaled by tanh of a parameter -> per-path channel
+	gates -> gated concat, channel-shuffled."""
+
+	def __init__(self, c, r=2):
+		super().__init__()
+		self.gate_net = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+			nn.Linear(2 * c, c // r, bias=False), nn.SiLU(), nn.Linear(c // r, 2 * c))
+		self.gate_scale = nn.Parameter(torch.full((1,), 0.8))
+
+	def forward(self, static, routed):
+		c = static.shape[1]
+		g = self.gate_net(torch.cat([static, routed], 1))
+		g = torch.tanh(self.gate_scale) * 0.5 * torch.sigmoid(g) + 0.5
+		a = static * g[:, :c].unsqueeze(-1).unsqueeze(-1)
+		b = routed * g[:, c:].unsqueeze(-1).unsqueeze(-1)
+		z = torch.cat([a, b], 1)
+		n, _, h, w = z.shape
+		return z.view(n, 2, c, h, w).transpose(1, 2).reshape(n, 2 * c, h, w)
+
+
+class GatedFusionMoE(nn.Module):
+	"""MoE between gates whose ranks only op rules tell: a squeeze-excitation
+	gate through Linear layers (Flatten + Gemm) scales the input the experts
+	read, a static path runs beside the routed sum, and a cross gate mixes
+	the two: the routed sum feeds both the Concat of the gate and the Mul of
+	the mix, so two values downstream carry every expert."""
+	expert_pattern = "experts.{i}"
+
+	def __init__(self, c, e, k, hidden=8, r=2):
+		super().__init__()
+		self.dense = False
+		self.se_gate = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+			nn.Linear(c, c // r, bias=False), nn.SiLU(), nn.Linear(c // r, c), nn.Sigmoid())
+		self.static_net = nn.Sequential(ConvBNAct(c, c, 3, g=c), ConvBNAct(c, c))
+		self.router = StatRouter(c, e, k)
+		self.experts = nn.ModuleList(Expert(c, hidden, "bn") for _ in range(e))
+		self.cross_gate = CrossGate(c)
+		self.proj = ConvBNAct(2 * c, c)
+		self.refine_scale = nn.Parameter(torch.full((1,), 0.5))
+
+	def forward(self, x):
+		s = self.se_gate(x)
+		xs = x * s[:, :, None, None]
+		static = self.static_net(xs)
+		w, idx = self.router(xs)
+		if self.dense:
+			routed = dense_mix([ex(xs) for ex in self.experts], w, idx)
+		else:
+			routed = sparse_dispatch(xs, w, idx, self.experts)
+		mixed = self.proj(self.cross_gate(static, routed))
+		return x + torch.tanh(self.refine_scale) * mixed
+
+
+class AdaptiveGateMoE(nn.Module):
+	"""Transforms the routing weights after TopK: a complexity estimate
+	decides how many of the k slots to keep per image (slot rank <= n_keep),
+	masked weights are renormalised with a clamped sum, and the dispatch
+	mask is (idx == i) & (w > 0).  The weight each expert's rows get is the
+	transformed one, gathered at row*k + slot.  `transform` False skips it
+	(used only to prove the references depend on it)."""
+	expert_pattern = "experts.{i}"
+
+	def __init__(self, c, e, k, hidden=8):
+		super().__init__()
+		self.dense = False
+		self.transform = True
+		self.k = k
+		self.router = SpatialRouter(c, e, k)
+		self.complexity_estimator = nn.Sequential(nn.AdaptiveAvgPool2d(1),
+			nn.Conv2d(c, 1, 1), nn.Sigmoid())
+		self.experts = nn.ModuleList(Expert(c, hidden, "bn") for _ in range(e))
+		self.last_dispatch = None
+		self.last_features = None
+
+	def feature_values(self):
+		"""The references must show every number of kept slots."""
+		return range(1, self.k + 1)
+
+	def n_keep(self, x):
+		cx = self.complexity_estimator(x).mean((1, 2, 3))
+		cx = torch.nan_to_num(cx, nan=1.0, posinf=1.5, neginf=0.3).clamp(0.3, 1.5)
+		return (cx * self.k).round().clamp(1, self.k)
+
+	def forward(self, x):
+		b = x.shape[0]
+		w, idx = self.router(x)
+		if self.transform:
+			keep = self.n_keep(x)
+			slot = torch.arange(1, self.k + 1, dtype=w.dtype).view(1, self.k)
+			w = w * (slot <= keep.view(-1, 1)).to(w.dtype)
+			w = w / w.sum(1, keepdim=True).clamp(min=1e-6)
+			w = w.reshape(b, -1)
+			self.last_features = [int(v) for v in keep]
+		self.last_dispatch = torch.where(w > 0, idx, torch.full_like(idx, -1))
+		if self.dense:
+			y = dense_mix([ex(x) for ex in self.experts], w, idx)
+		else:
+			y = sparse_dispatch(x, w, idx, self.experts,
+				mask_fn=lambda e: (idx == e) & (w > 0))
+		return x + y
+
+	@torch.no_grad()
+	def calibrate(self, x):
+		"""Spread the complexity estimate over the data so that every n_keep
+		from 1 to k occurs: n_keep changes where c = (j + 0.5) / k, so the
+		estimator's logits are standardized and centred between the first
+		and the last of those points."""
+		conv = self.complexity_estimator[1]
+		z = conv(F.adaptive_avg_pool2d(x, 1)).flatten()
+		cuts = [torch.logit(torch.tensor((j + 0.5) / self.k)).item() for j in range(1, self.k)]
+		mid, width = (cuts[0] + cuts[-1]) / 2, 1.0 + (cuts[-1] - cuts[0]) / 2
+		s = width / (z.std() + 1e-6)
+		conv.weight.data *= s
+		conv.bias.data = (conv.bias.data - z.mean()) * s + mid
+
+
+class ConvExpert(nn.Module):
+	"""Expert of two ConvBNAct blocks with BatchNorm eps 1e-3 (the detector
+	default); `wscale` shrinks the conv weights so that the BN variances are
+	small and eps matters (1e-3 vs 1e-5 differ well past the tolerance)."""
+
+	def __init__(self, c, h, eps=1e-3, wscale=0.1):
+		super().__init__()
+		self.cv1 = ConvBNAct(c, h, 1, eps=eps)
+		self.cv2 = ConvBNAct(h, c, 3, eps=eps)
+		for m in (self.cv1.conv, self.cv2.conv):
+			m.weight.data *= wscale
+
+	def forward(self, x):
+		return self.cv2(self.cv1(x))
+
+
+class EpsMoE(nn.Module):
+	"""Plain traced dispatch over ConvExpert experts (Conv+BN(eps 1e-3)+SiLU)."""
+	expert_pattern = "experts.{i}"
+
+	def __init__(self, c, e, k, hidden=8, eps=1e-3):
+		super().__init__()
+		self.dense = False
+		self.router = SpatialRouter(c, e, k)
+		self.experts = nn.ModuleList(ConvExpert(c, hidden, eps) for _ in range(e))
+
+	def forward(self, x):
+		w, idx = self.router(x)
+		if self.dense:
+			y = dense_mix([ex(x) for ex in self.experts], w, idx)
+		else:
+			y = sparse_dispatch(x, w, idx, self.experts)
+		return x + y
+
+
+class ScriptedGatherMoE(nn.Module):
+	"""For torch.jit.script: each expert sits in an If whose body gathers
+	its own rows (b, s = torch.where(mask): NonZero, Transpose, Split,
+	Squeeze, Gather) and index_adds them, instead of computing the expert
+	on the whole batch as ScriptedMoE does."""
+	expert_pattern = "experts.{i}"
+
+	def __init__(self, c, e, k, kind="bn", hidden=8):
+		super().__init__()
+		self.router = SpatialRouter(c, e, k)
+		self.experts = nn.ModuleList(Expert(c, hidden, kind) for _ in range(e))
+
+	def forward(self, x):
+		w, idx = self.router(x)
+		y = torch.zeros_like(x)
+		i = 0
+		for ex in self.experts:
+			mask = idx == i
+			if bool(mask.any()):
+				b, s = torch.where(mask)
+				y.index_add_(0, b, ex(x[b]) * w[b, s].view(-1, 1, 1, 1))
 			i += 1
 		return x + y
 
@@ -219,16 +542,36 @@ class Net(nn.Module):
 		return self.model(x)
 
 
+class LoopNet(Net):
+	"""The wrapper as detection frameworks write it: forward walks the
+	layers itself instead of calling the Sequential, so checkpoint keys stay
+	`model.N...` but node scopes are `/model.N/...`."""
+
+	def forward(self, x):
+		for m in self.model:
+			x = m(x)
+		return x
+
+
+MOE_TYPES = (MoE, SharedStemMoE, ScriptedMoE, ReshapedIndexMoE, CastMoE, GatedFusionMoE,
+	AdaptiveGateMoE, EpsMoE, ScriptedGatherMoE)
+
+
 def moe_layers(net):
-	"""[(scope, layer)] for the MoE layers, in forward order."""
-	return [(f"model.{i}", m) for i, m in enumerate(net.model)
-		if isinstance(m, (MoE, SharedStemMoE, ScriptedMoE))]
+	"""[(scope, layer)] for the MoE layers, in forward order; scope is the
+	module path of named_modules() ("" when the layer is the model)."""
+	return [(name, m) for name, m in net.named_modules() if isinstance(m, MOE_TYPES)]
 
 
 def set_dense(net, on):
 	for _, m in moe_layers(net):
 		if hasattr(m, "dense"):
 			m.dense = on
+
+
+def expert_path(scope, m, i):
+	p = m.expert_pattern.format(i=i)
+	return f"{scope}.{p}" if scope else p
 
 
 # --- data and fitting -----------------------------------------------------
@@ -273,27 +616,59 @@ def fit_norms(net, x):
 
 @torch.no_grad()
 def route(net, x, layers=None):
-	"""Per MoE scope: (router input, idx [N,k]) for inputs x, eager sparse path."""
+	"""Per MoE scope: (router input, idx [N,k], layer input) for inputs x,
+	eager sparse path.  idx holds the experts each image is dispatched to:
+	the router's top-k, or what the layer reports in `last_dispatch` (-1
+	for a slot it drops)."""
 	layers = layers or moe_layers(net)
 	seen = {}
 	hooks = []
 	for scope, m in layers:
 		def hook(mod, inp, out, scope=scope):
-			seen[scope] = (inp[0], out[1])
+			seen[scope] = (inp[0], out[1].reshape(out[1].shape[0], -1))
+
+		def pre(mod, inp, scope=scope):
+			seen[scope + "\0in"] = inp[0]
 		hooks.append(m.router.register_forward_hook(hook))
+		hooks.append(m.register_forward_pre_hook(pre))
+		if hasattr(m, "last_dispatch"):
+			m.last_dispatch = None
 	try:
 		net(x)
 	finally:
 		for h in hooks:
 			h.remove()
-	return seen
+	res = {}
+	for scope, m in layers:
+		rin, idx = seen[scope]
+		if getattr(m, "last_dispatch", None) is not None:
+			idx = m.last_dispatch
+		res[scope] = (rin, idx, seen[scope + "\0in"])
+	return res
+
+
+def features(net, x, layers=None):
+	"""Per MoE scope, per image of x: the values of the layer's own feature
+	that the references must cover (e.g. how many slots it keeps), or {}."""
+	layers = layers or moe_layers(net)
+	out = {}
+	for scope, m in layers:
+		if hasattr(m, "last_features"):
+			m.last_features = None
+	with torch.no_grad():
+		net(x)
+	for scope, m in layers:
+		if getattr(m, "last_features", None) is not None:
+			out[scope] = m.last_features
+	return out
 
 
 @torch.no_grad()
 def balance(net, x, target=1.5, rounds=60):
 	"""Router init tweaks: standardize each router's logits over the data, then
 	nudge their shifts until every expert is picked by a fair share of images.
-	Layers in forward order, as a later layer's input depends on earlier ones."""
+	Layers in forward order, as a later layer's input depends on earlier ones.
+	A layer with a `calibrate(layer_input)` method is calibrated after."""
 	for scope, m in moe_layers(net):
 		r = m.router
 		xin = route(net, x)[scope][0]
@@ -309,22 +684,29 @@ def balance(net, x, target=1.5, rounds=60):
 			r.shift().data += 0.3 * (want - cnt) / want
 		else:
 			raise SystemExit(f"{scope}: router balancing failed, counts {cnt.tolist()}")
+		if hasattr(m, "calibrate"):
+			m.calibrate(route(net, x)[scope][2])
 
 
 def cover(net, x, minimum):
 	"""Greedy choice of images that together route to every expert of every
-	layer.  Returns indices into x; fails loudly when x cannot cover."""
+	layer (and show every value of the layers' own features).  Returns
+	indices into x; fails loudly when x cannot cover."""
 	seen = route(net, x)
+	feats = features(net, x)
 	sets = []
 	for n in range(len(x)):
-		sets.append({(s, int(e)) for s, (_, idx) in seen.items() for e in idx[n]})
+		sets.append({(s, int(e)) for s, (_, idx, _) in seen.items() for e in idx[n] if e >= 0} |
+			{(s, "feature", v[n]) for s, v in feats.items()})
 	need = {(s, e) for s, m in moe_layers(net) for e in range(len(experts_of(m)))}
+	need |= {(s, "feature", v) for s, m in moe_layers(net) if s in feats
+		for v in m.feature_values()}
 	chosen = []
 	left = set(need)
 	while left:
 		best = max(range(len(x)), key=lambda n: (len(sets[n] & left), -n))
 		if not sets[best] & left:
-			raise SystemExit(f"cannot cover experts {sorted(left)} with {len(x)} candidates")
+			raise SystemExit(f"cannot cover {sorted(left, key=str)} with {len(x)} candidates")
 		chosen.append(best)
 		left -= sets[best]
 	for n in range(len(x)):
@@ -336,7 +718,7 @@ def cover(net, x, minimum):
 
 
 def experts_of(m):
-	return m.expert_projections if isinstance(m, SharedStemMoE) else m.experts
+	return m.get_submodule(m.expert_pattern.split(".{i}")[0])
 
 
 # --- writers --------------------------------------------------------------
@@ -365,16 +747,16 @@ def write_safetensors(path, sd):
 			f.write(b)
 
 
-def export(net, dummy, path, opset, dynamic):
+def export(net, dummy, path, opset, dynamic, names=("images", "output0"), fold=True):
 	"""YOLO-exporter style: tracer, zeros dummy, constant folding, named I/O."""
 	kw = {}
 	if dynamic:
-		kw["dynamic_axes"] = {"images": {0: "batch"}, "output0": {0: "batch"}}
+		kw["dynamic_axes"] = {names[0]: {0: "batch"}, names[1]: {0: "batch"}}
 	with warnings.catch_warnings():
 		warnings.simplefilter("ignore")
 		torch.onnx.export(net, dummy, path, opset_version=opset,
-			do_constant_folding=True, input_names=["images"],
-			output_names=["output0"], **kw)
+			do_constant_folding=fold, input_names=[names[0]],
+			output_names=[names[1]], **kw)
 	m = onnx.load(path)
 	onnx.checker.check_model(m)
 	return m
@@ -403,13 +785,58 @@ def node_names(g, acc=None):
 	return acc
 
 
-def experts_in_graph(m, scope, pattern):
-	"""Expert indices whose nodes the export holds, found by node scope."""
+def unqualified(path):
+	"""The name torch gives a module's node scope: its path from the last
+	non-numeric component on (model.4.m.0.0 -> m.0.0, model.5 -> model.5)."""
+	parts = path.split(".")
+	for i in range(len(parts) - 1, -1, -1):
+		if not parts[i].isdigit():
+			return ".".join(parts[i:])
+	return path
+
+
+@torch.no_grad()
+def called_modules(net, x):
+	"""Module paths whose forward runs (on the dense path, so every expert):
+	only these open a node scope; a ModuleList, say, does not."""
+	called = set()
+	hooks = [mod.register_forward_pre_hook(lambda m, i, n=name: called.add(n))
+		for name, mod in net.named_modules()]
+	set_dense(net, True)
+	try:
+		net(x)
+	finally:
+		set_dense(net, False)
+		for h in hooks:
+			h.remove()
+	return called
+
+
+def node_scope(path, called):
+	"""The node-name prefix of a traced module: /model.4/m.0/m.0.0/mlp/."""
+	parts = path.split(".") if path else []
+	comps = [unqualified(".".join(parts[:j])) for j in range(1, len(parts) + 1)
+		if ".".join(parts[:j]) in called]
+	return "/" + "".join(c + "/" for c in comps)
+
+
+def experts_in_graph(m, scope, pattern, called=None, n=None):
+	"""Expert indices whose nodes the export holds, found by node scope:
+	traced exports by the scope torch derives from the module path (`called`
+	from called_modules(), `n` the number of experts); scripted ones
+	(called None) by /<scope's last component>/<pattern>."""
+	names = node_names(m.graph)
+	if called is not None:
+		def path(i):
+			p = pattern.format(i=i)
+			return f"{scope}.{p}" if scope else p
+		return [i for i in range(n)
+			if any(x.startswith(node_scope(path(i), called)) for x in names)]
 	prefix = pattern.split("{i}")[0]
 	rx = re.compile("/" + re.escape(scope) + "/" + re.escape(prefix) + r"(\d+)/")
 	alt = re.compile("/" + re.escape(scope.split(".")[-1]) + "/" + re.escape(prefix) + r"(\d+)/")
 	got = set()
-	for name in node_names(m.graph):
+	for name in names:
 		for r in (rx, alt):
 			hit = r.search(name)
 			if hit:
@@ -417,10 +844,37 @@ def experts_in_graph(m, scope, pattern):
 	return sorted(got)
 
 
+def round_half(net):
+	"""Every float parameter and buffer rounded to float16 precision and
+	kept in float32: what a model loaded from an fp16 checkpoint computes."""
+	with torch.no_grad():
+		for t in list(net.parameters()) + list(net.buffers()):
+			if t.is_floating_point():
+				t.copy_(t.half().float())
+
+
+def write_best_pt(path, net, hw):
+	"""A trainer's final checkpoint: the pickled model (the nn.Module
+	itself, not a state_dict) in half precision under 'model', 'ema' None."""
+	import copy
+	ckpt = {"epoch": -1, "best_fitness": None, "model": copy.deepcopy(net).half(),
+		"ema": None, "updates": None, "optimizer": None,
+		"train_args": {"imgsz": hw, "half": True}}
+	torch.save(ckpt, path)
+
+
 def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
-		scripted=None, pairs=3, seed=0, ncand=256):
+		scripted=None, pairs=3, seed=0, ncand=256, names=("images", "output0"),
+		fold=True, half=False, weights=("model.safetensors", "model.pt"), checks=()):
 	"""Fit, pick covering references, export broken (+dense), write all files.
-	`scripted`: a function turning the eager net into the one to export."""
+	`scripted`: a function turning the eager net into the one to export.
+	`names`: input and output names; `fold`: do_constant_folding.
+	`half`: round every weight to float16 after fitting (references and
+	exports come from the rounded model).  `weights`: the files to write,
+	the first named in experts.yaml: model.safetensors, model.pt (state_dict)
+	or best.pt (pickled half-precision module).  `checks`: functions
+	f(net, ins, outs) -> str that fail loudly unless the references depend
+	on what the case is about; their reports go to meta.json."""
 	d = os.path.join(out, name)
 	os.makedirs(d, exist_ok=True)
 	for f in os.listdir(d):
@@ -431,6 +885,8 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 	fit_norms(net, x)
 	balance(net, x)
 	net.eval()
+	if half:
+		round_half(net)
 
 	layers = moe_layers(net)
 	chosen = cover(net, x, pairs * batch)
@@ -449,20 +905,39 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 	# Prove coverage from the very tensors that are written out.
 	covered = {s: set() for s, _ in layers}
 	for t in ins:
-		for s, (_, idx) in route(net, t).items():
-			covered[s] |= {int(e) for e in idx.flatten()}
+		for s, (_, idx, _) in route(net, t).items():
+			covered[s] |= {int(e) for e in idx.flatten() if e >= 0}
 	uncovered = {s: sorted(set(range(len(experts_of(m)))) - covered[s]) for s, m in layers}
 	if any(uncovered.values()):
 		raise SystemExit(f"{name}: references miss experts {uncovered}")
+	shown = {}
+	for t in ins:
+		for s, v in features(net, t).items():
+			shown.setdefault(s, set()).update(v)
+	for s, m in layers:
+		if hasattr(m, "feature_values") and not set(m.feature_values()) <= shown.get(s, set()):
+			raise SystemExit(f"{name}: {s}: references show only {sorted(shown.get(s, ()))}")
+	reports = [f(net, ins, outs) for f in checks]
 
 	# A static batch is exported at its size; a dynamic one from one sample.
 	dummy = torch.zeros(1 if dynamic else batch, c, hw, hw)
-	kept = {s: sorted({int(e) for e in idx.flatten()})
-		for s, (_, idx) in route(net, dummy).items()}
+	kept = {s: sorted({int(e) for e in idx.flatten() if e >= 0})
+		for s, (_, idx, _) in route(net, dummy).items()}
+	# A traced layer whose dummy reaches every expert loses none: nothing
+	# to repair there, so the case would not test that layer.
+	for s, m in layers:
+		if not scripted and len(kept[s]) == len(experts_of(m)):
+			raise SystemExit(f"{name}: {s}: the dummy routes to every expert; the export drops none")
 
-	sd = net.state_dict()
-	write_safetensors(os.path.join(d, "model.safetensors"), sd)
-	torch.save(sd, os.path.join(d, "model.pt"))
+	for w in weights:
+		if w == "model.safetensors":
+			write_safetensors(os.path.join(d, w), net.state_dict())
+		elif w == "model.pt":
+			torch.save(net.state_dict(), os.path.join(d, w))
+		elif w == "best.pt":
+			write_best_pt(os.path.join(d, w), net, hw)
+		else:
+			raise ValueError(w)
 
 	with torch.no_grad():
 		target = scripted(net) if scripted else net
@@ -470,33 +945,36 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 			for t, o in zip(ins, outs):
 				dd = (target(t) - o).abs().max().item()
 				assert dd < 1e-5, f"{name}: scripted differs from eager by {dd}"
-		broken = export(target, dummy, os.path.join(d, "broken.onnx"), opset, dynamic)
+		broken = export(target, dummy, os.path.join(d, "broken.onnx"), opset, dynamic,
+			names, fold)
 		dense = None
 		if not scripted:
 			set_dense(net, True)
-			dense = export(net, dummy, os.path.join(d, "dense.onnx"), opset, dynamic)
+			dense = export(net, dummy, os.path.join(d, "dense.onnx"), opset, dynamic,
+				names, fold)
 			set_dense(net, False)
 
-	spec = ["weights: model.safetensors", "moe:"]
+	spec = [f"weights: {weights[0]}", "moe:"]
 	for s, m in layers:
-		spec += [f"  - scope: {s}", f"    experts: {len(experts_of(m))}",
-			f"    top_k: {m.router.k}"]
-		if isinstance(m, SharedStemMoE):
-			spec.append("    expert: expert_projections.{i}")
+		spec += [f"  - scope: {s}" if s else '  - scope: ""',
+			f"    experts: {len(experts_of(m))}", f"    top_k: {m.router.k}"]
+		if m.expert_pattern != "experts.{i}":
+			spec.append(f"    expert: {m.expert_pattern}")
 	with open(os.path.join(d, "experts.yaml"), "w") as f:
 		f.write("\n".join(spec) + "\n")
 
 	# The traced export must hold exactly the dummy's experts (or all of
 	# them, behind If, when scripted); otherwise the case proves nothing.
+	called = None if scripted else called_modules(net, x[:1])
 	for s, m in layers:
-		pat = "expert_projections.{i}" if isinstance(m, SharedStemMoE) else "experts.{i}"
-		have = experts_in_graph(broken, s, pat)
-		want = list(range(len(experts_of(m)))) if scripted else kept[s]
+		pat, n = m.expert_pattern, len(experts_of(m))
+		have = experts_in_graph(broken, s, pat, called, n)
+		want = list(range(n)) if scripted else kept[s]
 		if have != want:
 			raise SystemExit(f"{name}: {s}: export holds experts {have}, expected {want}")
 		if dense is not None:
-			have = experts_in_graph(dense, s, pat)
-			if have != list(range(len(experts_of(m)))):
+			have = experts_in_graph(dense, s, pat, called, n)
+			if have != list(range(n)):
 				raise SystemExit(f"{name}: {s}: dense export holds only experts {have}")
 
 	for i, (t, o) in enumerate(zip(ins, outs)):
@@ -508,6 +986,17 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 		"uncovered": uncovered, "pairs": len(ins),
 		"ops_broken": dict(op_counts(broken.graph)),
 		"ops_dense": dict(op_counts(dense.graph)) if dense is not None else None}
+	# Keys beyond the original set only where a case departs from the
+	# defaults, so regenerating the older cases leaves their bytes alone.
+	extra = {"input_names": list(names[:1]), "output_names": list(names[1:]),
+		"do_constant_folding": fold, "half": half, "weights": list(weights),
+		"layers": [{"scope": s, "class": type(m).__name__, "experts": len(experts_of(m)),
+			"top_k": m.router.k, "expert": m.expert_pattern} for s, m in layers],
+		"checks": reports}
+	if (names, fold, half, tuple(weights), reports) != (("images", "output0"), True, False,
+			("model.safetensors", "model.pt"), []) or type(net) is not Net or \
+			any(type(m) not in (MoE, SharedStemMoE, ScriptedMoE) for _, m in layers):
+		meta.update(extra)
 	with open(os.path.join(d, "meta.json"), "w") as f:
 		json.dump(meta, f, indent=1)
 		f.write("\n")

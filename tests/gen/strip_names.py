@@ -18,17 +18,34 @@ def strip(model):
 	ren = {}
 	count = [0, 100]
 
+	def subgraphs(graph):
+		for n in graph.node:
+			for a in n.attribute:
+				yield from ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))
+
+	def keep_subgraph_names(graph):
+		for sub in subgraphs(graph):
+			keep.update(i.name for i in sub.initializer)
+			keep_subgraph_names(sub)
+
+	def fresh():
+		# Scripted exports name initializers by number too ("311"): a new
+		# name must not be one that is kept.
+		while str(count[1]) in keep:
+			count[1] += 1
+		count[1] += 1
+		return str(count[1] - 1)
+
 	def rename_values(graph):
 		for n in graph.node:
 			for i, o in enumerate(n.output):
 				if o and o not in keep and o not in ren:
-					ren[o] = str(count[1])
-					count[1] += 1
+					ren[o] = fresh()
 			for a in n.attribute:
 				for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-					for i in sub.initializer:
-						keep.add(i.name)
 					rename_values(sub)
+
+	keep_subgraph_names(g)
 
 	def apply(graph):
 		for n in graph.node:
