@@ -89,19 +89,19 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 	for (size_t i = 0; i < tpl->nnode; i++) {
 		const Node *s = tpl->node[i];
 		Node *n = g_clone_node(c, c->g, s);
-		n->name = (char *)g_fresh(c, clone_name(c, L, s, from, to, id));
+		g_set_name(c, n, clone_name(c, L, s, from, to, id));
 		for (size_t j = 0; j < n->n_input; j++) {
 			const char *r = over[i][j] ? over[i][j] : map_get(&ren, s->input[j]);
 			if (!r && strcmp(s->input[j], tpl->in) == 0)
 				r = L->x;
 			if (r)
-				n->input[j] = (char *)r;
+				g_set_input(c, n, j, r);
 		}
 		for (size_t j = 0; j < n->n_output; j++) {
 			if (!*s->output[j])
 				continue;
 			const char *o = reseg(c, s->output[j], from, to);
-			n->output[j] = (char *)g_fresh(c, o ? o : arena_printf(c->a, "%s_output_%zu", n->name, j));
+			g_rename_output(c, n, j, g_fresh(c, o ? o : arena_printf(c->a, "%s_output_%zu", n->name, j)));
 			map_put(&ren, s->output[j], n->output[j]);
 		}
 	}
@@ -155,7 +155,7 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 				g_move_node(c, n, c->g);
 			for (size_t q = 0; q < n->n_input; q++)
 				if (strcmp(n->input[q], x->in) == 0)
-					n->input[q] = (char *)L->x;
+					g_set_input(c, n, q, L->x);
 		}
 	}
 
@@ -219,10 +219,10 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	Val *old = g_val(c->g, L->combined);
 	if (!old || !old->def)
 		return errf(e, "layer %s: the routed sum '%s' has no producer to replace", L->scope, L->combined);
-	for (size_t i = 0; i < old->def->n_output; i++)
-		if (strcmp(old->def->output[i], L->combined) == 0)
-			g_rename_output(c, old->def, i,
-					g_fresh(c, arena_printf(c->a, "%s_sparse", L->combined)));
+	Node *od = old->def;
+	for (size_t i = 0; i < od->n_output; i++)
+		if (strcmp(od->output[i], L->combined) == 0)
+			g_rename_output(c, od, i, g_fresh(c, arena_printf(c->a, "%s_sparse", L->combined)));
 	g_rename_output(c, emit_last(&m), 0, L->combined);
 	lr->ifs = L->nif;
 	lr->repaired = 1;

@@ -21,7 +21,7 @@ const char *emit(Emit *m, const char *op, const char *const *in, size_t nin)
 {
 	const char *none = "";
 	Node *n = g_add_node(m->c, m->c->g, op, arena_printf(m->c->a, "%s%s", m->pfx, op), in, nin, &none, 1);
-	n->output[0] = (char *)g_fresh(m->c, arena_printf(m->c->a, "%s_output_0", n->name));
+	g_rename_output(m->c, n, 0, g_fresh(m->c, arena_printf(m->c->a, "%s_output_0", n->name)));
 	return n->output[0];
 }
 

@@ -386,14 +386,14 @@ static SVal *put(S *s, const char *tv, Kind kind, const char *v, int64_t ch)
 static const char *reemit(S *s, const Node *n, const char *const *in, size_t nin)
 {
 	Node *m = g_clone_node(s->c, s->c->g, n);
-	m->name = (char *)g_fresh(s->c, arena_printf(s->c->a, "%s%s", s->em.pfx, n->op_type));
+	g_set_name(s->c, m, arena_printf(s->c->a, "%s%s", s->em.pfx, n->op_type));
+	/* The template's input count may differ (a Slice given its axes). */
 	m->input = arena_alloc(s->c->a, nin * sizeof *m->input);
-	for (size_t i = 0; i < nin; i++)
-		m->input[i] = (char *)in[i];
 	m->n_input = nin;
-	m->output = arena_alloc(s->c->a, sizeof *m->output);
-	m->output[0] = (char *)g_fresh(s->c, arena_printf(s->c->a, "%s_output_0", m->name));
+	for (size_t i = 0; i < nin; i++)
+		g_set_input(s->c, m, i, in[i]);
 	m->n_output = 1;
+	g_rename_output(s->c, m, 0, g_fresh(s->c, arena_printf(s->c->a, "%s_output_0", m->name)));
 	return m->output[0];
 }
 
@@ -1088,9 +1088,10 @@ int moe_sparse(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	Val *old = g_val(c->g, L->combined);
 	if (!old || !old->def)
 		return errf(e, "layer %s: the routed sum '%s' has no producer to replace", L->scope, L->combined);
-	for (size_t i = 0; i < old->def->n_output; i++)
-		if (strcmp(old->def->output[i], L->combined) == 0)
-			g_rename_output(c, old->def, i, g_fresh(c, arena_printf(c->a, "%s_routed", L->combined)));
+	Node *od = old->def; /* renaming makes the new node the producer */
+	for (size_t i = 0; i < od->n_output; i++)
+		if (strcmp(od->output[i], L->combined) == 0)
+			g_rename_output(c, od, i, g_fresh(c, arena_printf(c->a, "%s_routed", L->combined)));
 	g_rename_output(c, emit_last(&s.em), 0, L->combined);
 	for (int id = 0, k = 0; id < s.E; id++) {
 		if (k < lr->npresent && lr->present[k] == id)

@@ -7,6 +7,7 @@
  * on the template expert and then verified on every present expert: a
  * recipe that does not rebuild them all is an error, never a guess. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,31 @@ typedef struct {
 	float *tmp; /* scratch for rebuilds that are compared, then dropped */
 	size_t ntmp;
 	int lowp;   /* a half-precision checkpoint tensor was read: compare at its precision */
+	char kb[4][512]; /* see kbuf */
+	int nkb;
 } Src;
+
+/* A checkpoint key for a lookup, formatted into one of a few rotating
+ * buffers: lookups run per tensor, per candidate recipe and per expert, and
+ * an arena string each would make the repair's memory grow with the
+ * checkpoint times the recipes tried. Keys kept past the lookup, or too
+ * long for a buffer, go to the arena. */
+static const char *kbuf(Src *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static const char *kbuf(Src *s, const char *fmt, ...)
+{
+	char *b = s->kb[s->nkb++ & 3];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(b, sizeof s->kb[0], fmt, ap);
+	va_end(ap);
+	if (n >= 0 && (size_t)n < sizeof s->kb[0])
+		return b;
+	va_start(ap, fmt);
+	char *x = arena_alloc(s->c->a, (size_t)n + 1);
+	vsnprintf(x, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	return x;
+}
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
@@ -146,11 +171,10 @@ typedef struct {
 static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 {
 	int64_t n1 = 0, n2 = 0, n3 = 0, n4 = 0;
-	Arena *a = s->c->a;
-	o->var = key_f32(s, arena_printf(a, "%s%s.running_var", pre, bn), &n1);
-	o->mu = key_f32(s, arena_printf(a, "%s%s.running_mean", pre, bn), &n2);
-	o->g = key_f32(s, arena_printf(a, "%s%s.weight", pre, bn), &n3);
-	o->b = key_f32(s, arena_printf(a, "%s%s.bias", pre, bn), &n4);
+	o->var = key_f32(s, kbuf(s, "%s%s.running_var", pre, bn), &n1);
+	o->mu = key_f32(s, kbuf(s, "%s%s.running_mean", pre, bn), &n2);
+	o->g = key_f32(s, kbuf(s, "%s%s.weight", pre, bn), &n3);
+	o->b = key_f32(s, kbuf(s, "%s%s.bias", pre, bn), &n4);
 	if (!o->var || !o->mu || n1 != n2 || (o->g && n3 != n1) || (o->b && n4 != n1))
 		return -1;
 	o->n = n1;
@@ -162,10 +186,9 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
  * back in place. */
 static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t want, float *out, Err *e)
 {
-	Arena *a = s->c->a;
 	int64_t n = 0;
 	if (r->kind == R_NAME || r->kind == R_VALUE) {
-		const char *k = arena_printf(a, "%s%s", pre, r->rest);
+		const char *k = kbuf(s, "%s%s", pre, r->rest);
 		const float *f = key_f32(s, k, &n);
 		if (!f) {
 			errf(e, "no tensor '%s' in %s", k, s->w->path);
@@ -184,7 +207,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 		return NULL;
 	}
 	if (r->kind == R_FOLD_W) {
-		const char *k = arena_printf(a, "%s%s", pre, r->rest);
+		const char *k = kbuf(s, "%s%s", pre, r->rest);
 		const float *w = key_f32(s, k, &n);
 		if (!w || n != want || bn.n <= 0 || want % bn.n) {
 			errf(e, "no Conv weight '%s' of %lld elements in %s", k, (long long)want, s->w->path);
@@ -204,7 +227,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	/* R_FOLD_B */
 	const float *b = NULL;
 	if (r->bias) {
-		const char *k = arena_printf(a, "%s%s", pre, r->bias);
+		const char *k = kbuf(s, "%s%s", pre, r->bias);
 		b = key_f32(s, k, &n);
 		if (!b || n != bn.n) {
 			errf(e, "no Conv bias '%s' in %s", k, s->w->path);
@@ -240,7 +263,7 @@ static int sample_diff(Src *s, const Recipe *r, const char *pre, int64_t n, cons
 		return 0;
 	}
 	int64_t kn = 0;
-	const char *k = arena_printf(s->c->a, "%s%s", pre, r->rest);
+	const char *k = kbuf(s, "%s%s", pre, r->rest);
 	const float *src = key_f32(s, k, &kn);
 	if (!src || kn != n)
 		return errf(e, "no tensor '%s' of %lld elements in %s", k, (long long)n, s->w->path);
@@ -320,7 +343,7 @@ static double try_recipe(Src *s, const Recipe *r, const char *pre, int64_t n, co
 static void try_fold(Src *s, Cands *cs, Recipe *r, const char *pre, int64_t n, const float *f, double tol)
 {
 	double eps;
-	if (wsrc_attr(s->w, arena_printf(s->c->a, "%s%s.eps", pre, r->bn), &eps)) {
+	if (wsrc_attr(s->w, kbuf(s, "%s%s.eps", pre, r->bn), &eps)) {
 		r->eps = eps;
 		double d = try_recipe(s, r, pre, n, f, tol);
 		if (d >= 0)
@@ -590,7 +613,9 @@ static size_t sibling_families(Src *s, const Layer *L, int id, const char ***out
 	const char **v = NULL;
 	for (size_t i = lo; i < hi; i++) {
 		const char *k = wsrc_sorted(s->w, i)->name;
-		if (strncmp(k, own, strlen(own)) == 0 || sl->experts < 2)
+		/* Other experts' own tensors are the family already known. */
+		if (sl->experts < 2 || strncmp(k, own, strlen(own)) == 0 ||
+		    spec_place(sl, kbuf(s, "%s%s", sl->scope, k + strlen(base) - (*sl->scope ? 1 : 0))) >= 0)
 			continue;
 		/* each component equal to the id, after the layer's base */
 		for (const char *p = k + strlen(base); (p = strstr(p, idc)); p++) {
@@ -603,7 +628,7 @@ static size_t sibling_families(Src *s, const Layer *L, int id, const char ***out
 			const WTensor *me = wsrc_sorted(s->w, i);
 			int all = 1;
 			for (int j = 0; j < sl->experts && all; j++) {
-				const WTensor *x = wsrc_get(s->w, arena_printf(c->a, "%.*s%d%s", (int)(p - k), k, j, p + li));
+				const WTensor *x = wsrc_get(s->w, kbuf(s, "%.*s%d%s", (int)(p - k), k, j, p + li));
 				all = x && x->ndim == me->ndim && !memcmp(x->dims, me->dims, (size_t)me->ndim * sizeof *me->dims);
 			}
 			if (!all)
@@ -689,7 +714,7 @@ static int same_structure(Src *s, const Layer *L, const Expert *tpl, Err *e)
 		const char *odd = NULL;
 		for (size_t i = tlo; i < thi && !odd; i++) {
 			const WTensor *a = wsrc_sorted(s->w, i);
-			const char *k = arena_printf(c->a, "%s%s", p, a->name + strlen(tp));
+			const char *k = kbuf(s, "%s%s", p, a->name + strlen(tp));
 			const WTensor *b = wsrc_get(s->w, k);
 			if (!b)
 				return errf(e, "layer %s: %s has no '%s' for expert %d (expert %d has '%s'); is it this model's checkpoint?",

@@ -28,8 +28,26 @@ static Val *def_val(Ctx *c, Graph *g, const char *name, Err *e)
 	v->name = name;
 	v->g = g;
 	map_put(&g->val, name, v);
-	map_put(&c->names, name, v);
+	if (!c->named)
+		map_put(&c->names, name, (void *)1);
 	return v;
+}
+
+static NodeInfo *info(const Ctx *c, const Node *n)
+{
+	return pmap_get(&c->node, n);
+}
+
+/* Records where n is, in the index (new nodes included). */
+static void place(Ctx *c, Node *n, Graph *g, size_t pos)
+{
+	NodeInfo *k = info(c, n);
+	if (!k) {
+		k = arena_alloc(c->ia, sizeof *k);
+		pmap_put(&c->node, n, k);
+	}
+	k->g = g;
+	k->pos = pos;
 }
 
 Val *g_val(const Graph *g, const char *name)
@@ -91,10 +109,9 @@ static int define_graph(Ctx *c, Graph *g, Err *e)
 	}
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
-		pmap_put(&c->nodeg, n, g);
-		pmap_put(&c->nodeidx, n, (void *)(uintptr_t)(i + 1));
-		if (n->name && *n->name)
-			map_put(&c->names, n->name, n);
+		place(c, n, g, i);
+		if (n->name && *n->name && !c->named)
+			map_put(&c->names, n->name, (void *)1);
 		for (size_t j = 0; j < n->n_output; j++) {
 			if (!*n->output[j])
 				continue;
@@ -192,14 +209,20 @@ int g_reindex(Ctx *c, Err *e)
 	c->ia = arena_new();
 	c->gen++;
 	c->inferred = 0;
-	map_init(&c->names, c->ia, gp->n_node * 3 + gp->n_initializer);
-	pmap_init(&c->nodeg, c->ia, gp->n_node);
-	pmap_init(&c->nodeidx, c->ia, gp->n_node);
+	/* The names map outlives the index (they only accumulate): built by
+	 * the first indexing, then kept current by def_val and g_fresh. */
+	if (!c->names.a)
+		map_init(&c->names, c->a, gp->n_node * 3 + gp->n_initializer);
+	pmap_init(&c->node, c->ia, gp->n_node);
 	pmap_init(&c->subidx, c->ia, 16);
 	c->g = graph_new(c, gp, NULL, NULL);
 	c->g->capnode = capnode;
 	c->g->capinit = capinit;
-	return index_graph(c, c->g, e);
+	if (index_graph(c, c->g, e))
+		return -1;
+	/* From here on every new name comes through g_fresh. */
+	c->named = 1;
+	return 0;
 }
 
 void g_fini(Ctx *c)
@@ -227,7 +250,8 @@ int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
 
 Graph *g_graph_of(const Ctx *c, const Node *n)
 {
-	return pmap_get(&c->nodeg, n);
+	NodeInfo *k = info(c, n);
+	return k ? k->g : NULL;
 }
 
 size_t g_subs_of(const Ctx *c, const Graph *g, const Node *n, size_t *first)
@@ -244,7 +268,8 @@ size_t g_subs_of(const Ctx *c, const Graph *g, const Node *n, size_t *first)
 
 size_t g_pos(const Ctx *c, const Node *n)
 {
-	return (size_t)(uintptr_t)pmap_get(&c->nodeidx, n) - 1;
+	NodeInfo *k = info(c, n);
+	return k ? k->pos : (size_t)-1;
 }
 
 const Onnx__AttributeProto *g_attr(const Node *n, const char *name)
@@ -432,8 +457,7 @@ static void push_node(Ctx *c, Graph *g, Node *n)
 		g->capnode = cap;
 	}
 	gp->node[gp->n_node++] = n;
-	pmap_put(&c->nodeg, n, g);
-	pmap_put(&c->nodeidx, n, (void *)(uintptr_t)gp->n_node);
+	place(c, n, g, gp->n_node - 1);
 }
 
 static char **dup_strv(Ctx *c, const char *const *v, size_t n)
@@ -456,6 +480,9 @@ Node *g_add_node(Ctx *c, Graph *g, const char *op, const char *name,
 	n->output = dup_strv(c, out, nout);
 	n->n_output = nout;
 	push_node(c, g, n);
+	for (size_t j = 0; j < nout; j++)
+		if (*n->output[j])
+			def_val(c, g, n->output[j], NULL)->def = n;
 	return n;
 }
 
@@ -576,9 +603,25 @@ void g_replace_uses(Ctx *c, const char *from, const char *to)
 	replace_in(c->m->graph, f, t);
 }
 
+void g_set_input(Ctx *c, Node *n, size_t i, const char *name)
+{
+	n->input[i] = arena_strdup(c->a, name);
+}
+
+void g_set_name(Ctx *c, Node *n, const char *base)
+{
+	n->name = (char *)g_fresh(c, base);
+}
+
 void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to)
 {
+	Graph *g = g_graph_of(c, n);
+	Val *old = g && *n->output[idx] ? map_get(&g->val, n->output[idx]) : NULL;
+	if (old && old->def == n)
+		old->def = NULL;
 	n->output[idx] = arena_strdup(c->a, to);
+	if (g && *to)
+		def_val(c, g, n->output[idx], NULL)->def = n;
 }
 
 void g_move_node(Ctx *c, Node *n, Graph *to)
@@ -593,6 +636,9 @@ void g_move_node(Ctx *c, Node *n, Graph *to)
 		gp->n_node = k;
 	}
 	push_node(c, to, n);
+	for (size_t j = 0; j < n->n_output; j++)
+		if (*n->output[j])
+			def_val(c, to, n->output[j], NULL)->def = n;
 }
 
 /* ---- pattern rewriting ---- */
@@ -634,79 +680,83 @@ int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e)
 
 /* ---- dead-node elimination ---- */
 
-static void mark_live(Ctx *c, Graph *g, PMap *live, Map *liveval);
+/* Marks in the index itself (Val.live, NodeInfo.live): the index is fresh
+ * (g_reindex) or kept current by the mutation API, whose producers are
+ * what the walk follows. */
+static void mark_live(Ctx *c, Graph *g);
 
-static void want(Ctx *c, Graph *g, const char *name, PMap *live, Map *liveval, Node ***stack,
-		 size_t *ns, size_t *cap)
+static void want(Ctx *c, Graph *g, const char *name, Node ***stack, size_t *ns, size_t *cap)
 {
-	if (!*name || map_get(liveval, name))
+	Val *v = *name ? g_val(g, name) : NULL;
+	if (!v || v->live)
 		return;
-	map_put(liveval, name, (void *)name);
-	Val *v = g_val(g, name);
-	if (!v || !v->def || pmap_get(live, v->def))
+	v->live = 1;
+	NodeInfo *k = v->def ? info(c, v->def) : NULL;
+	if (!k || k->live)
 		return;
-	pmap_put(live, v->def, (void *)1);
+	k->live = 1;
 	if (*ns == *cap) {
 		size_t nc = *cap ? *cap * 2 : 64;
-		*stack = arena_grow(c->a, *stack, *ns * sizeof **stack, nc * sizeof **stack);
+		*stack = arena_grow(c->ia, *stack, *ns * sizeof **stack, nc * sizeof **stack);
 		*cap = nc;
 	}
 	(*stack)[(*ns)++] = v->def;
 }
 
-static void mark_live(Ctx *c, Graph *g, PMap *live, Map *liveval)
+static void mark_live(Ctx *c, Graph *g)
 {
 	Node **stack = NULL;
 	size_t ns = 0, cap = 0;
 	for (size_t i = 0; i < g->gp->n_output; i++)
-		want(c, g, g->gp->output[i]->name, live, liveval, &stack, &ns, &cap);
+		want(c, g, g->gp->output[i]->name, &stack, &ns, &cap);
 	while (ns) {
 		Node *n = stack[--ns];
 		Graph *ng = g_graph_of(c, n);
 		for (size_t j = 0; j < n->n_input; j++)
-			want(c, ng, n->input[j], live, liveval, &stack, &ns, &cap);
+			want(c, ng, n->input[j], &stack, &ns, &cap);
 		size_t k0, nk = g_subs_of(c, ng, n, &k0);
 		for (size_t k = k0; k < k0 + nk; k++) {
 			Graph *s = ng->sub[k];
 			/* Everything a live body reads is live, and the body itself is
 			 * pruned against its own outputs. */
-			mark_live(c, s, live, liveval);
+			mark_live(c, s);
 			for (size_t i = 0; i < s->nouter; i++)
-				want(c, ng, s->outer[i], live, liveval, &stack, &ns, &cap);
+				want(c, ng, s->outer[i], &stack, &ns, &cap);
 		}
 	}
 }
 
-static size_t sweep(Ctx *c, Graph *g, PMap *live, Map *liveval)
+static size_t sweep(Ctx *c, Graph *g)
 {
 	size_t removed = 0, k = 0;
 	Onnx__GraphProto *gp = g->gp;
 	for (size_t i = 0; i < gp->n_node; i++) {
-		if (pmap_get(live, gp->node[i]))
+		NodeInfo *x = info(c, gp->node[i]);
+		if (x && x->live)
 			gp->node[k++] = gp->node[i];
 		else
 			removed++;
 	}
 	gp->n_node = k;
 	k = 0;
-	for (size_t i = 0; i < gp->n_initializer; i++)
-		if (map_get(liveval, gp->initializer[i]->name))
+	for (size_t i = 0; i < gp->n_initializer; i++) {
+		Val *v = map_get(&g->val, gp->initializer[i]->name);
+		if (v && v->live)
 			gp->initializer[k++] = gp->initializer[i];
+	}
 	gp->n_initializer = k;
-	for (size_t i = 0; i < g->nsub; i++)
-		if (pmap_get(live, g->sub[i]->owner))
-			removed += sweep(c, g->sub[i], live, liveval);
+	for (size_t i = 0; i < g->nsub; i++) {
+		NodeInfo *x = info(c, g->sub[i]->owner);
+		if (x && x->live)
+			removed += sweep(c, g->sub[i]);
+	}
 	return removed;
 }
 
 size_t g_dce(Ctx *c)
 {
-	PMap live;
-	Map liveval;
-	pmap_init(&live, c->a, c->g->gp->n_node);
-	map_init(&liveval, c->a, c->g->gp->n_node * 2);
-	mark_live(c, c->g, &live, &liveval);
-	return sweep(c, c->g, &live, &liveval);
+	mark_live(c, c->g);
+	return sweep(c, c->g);
 }
 
 /* ---- topological sort ---- */
@@ -774,7 +824,7 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 	if (n) /* an empty graph may have node == NULL */
 		memcpy(gp->node, out, n * sizeof *out);
 	for (size_t i = 0; i < n; i++)
-		pmap_put(&c->nodeidx, gp->node[i], (void *)(uintptr_t)(i + 1));
+		place(c, gp->node[i], g, i);
 	return 0;
 }
 

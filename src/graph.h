@@ -20,6 +20,13 @@ typedef Onnx__TensorProto Tensor;
 typedef struct Graph Graph;
 struct Ty; /* src/infer.h */
 
+/* Where a node is: its graph and its position there. */
+typedef struct {
+	Graph *g;
+	size_t pos;
+	int live; /* g_dce's mark */
+} NodeInfo;
+
 typedef struct {
 	Node *n;   /* consumer */
 	Graph *g;  /* graph the consumer lives in (may be a subgraph of the value's) */
@@ -31,6 +38,7 @@ typedef struct {
 	Tensor *init;   /* initializer, or NULL */
 	int isin;       /* graph input */
 	int isout;      /* graph output */
+	int live;       /* g_dce's mark */
 	const Onnx__TensorShapeProto *shape; /* declared (input, output, value_info), or NULL */
 	Graph *g;       /* graph defining it */
 	Use *use;
@@ -56,9 +64,10 @@ typedef struct {
 	Onnx__ModelProto *m;
 	Graph *g;        /* main graph */
 	int opset;       /* default-domain opset version */
-	Map names;       /* every value and node name in the model, for g_fresh */
-	PMap nodeg;      /* Node* -> Graph* */
-	PMap nodeidx;    /* Node* -> position + 1 in its graph, for stable orders */
+	Map names;       /* every value and node name the model has had, for g_fresh
+	                  * (in c->a: names only accumulate, so it outlives reindexing) */
+	int named;       /* names is complete: later names come from g_fresh */
+	PMap node;       /* Node* -> NodeInfo* (graph, position) */
 	PMap subidx;     /* Node* -> index + 1 of its first body in its graph's sub[] */
 	Map fresh;       /* base name -> last suffix handed out */
 	Arena *ia;       /* the index (Graph, Val, maps), replaced by each g_reindex */
@@ -105,7 +114,11 @@ int64_t g_tensor_numel(const Tensor *t);
  * external data) when unreadable. */
 const void *g_tensor_bytes(Ctx *c, const Tensor *t, size_t *nbytes, Err *e);
 
-/* Mutation API. Names handed in are copied into the arena. */
+/* Mutation API. Names handed in are copied into the arena. The index
+ * stays current for producers and positions (g_val(...)->def,
+ * g_graph_of, g_pos of every node, new ones included), which is what
+ * g_dce and g_toposort read; use lists and shapes are stale until the
+ * next g_reindex and g_infer. */
 const char *g_fresh(Ctx *c, const char *base); /* unique among values and nodes */
 Node *g_add_node(Ctx *c, Graph *g, const char *op, const char *name,
 		 const char *const *in, size_t nin, const char *const *out, size_t nout);
@@ -115,7 +128,9 @@ void g_set_attr_ints(Ctx *c, Node *n, const char *name, const int64_t *v, size_t
  * list is its source's, so the list is copied first and the source keeps
  * its own value. */
 void g_put_attr_i(Ctx *c, Node *n, const char *name, int64_t v);
-Node *g_clone_node(Ctx *c, Graph *g, const Node *src); /* shallow copy: same strings */
+/* Shallow copy (same strings): give its outputs their own names with
+ * g_rename_output before anything reads them. */
+Node *g_clone_node(Ctx *c, Graph *g, const Node *src);
 Tensor *g_add_init(Ctx *c, Graph *g, const char *name, int dtype,
 		   const int64_t *dims, size_t ndims, const void *data, size_t nbytes);
 Tensor *g_add_init_i64(Ctx *c, Graph *g, const char *base, const int64_t *v,
@@ -124,7 +139,13 @@ Tensor *g_add_init_i64(Ctx *c, Graph *g, const char *base, const int64_t *v,
  * keep their names: callers that must keep an output name rename the
  * producer instead (g_rename_output). */
 void g_replace_uses(Ctx *c, const char *from, const char *to);
-/* Renames a node output in place (producer side only). */
+/* Makes input i of n read value `name` (the node's use lists are stale
+ * until g_reindex). */
+void g_set_input(Ctx *c, Node *n, size_t i, const char *name);
+/* Names n `base`, or base_N when taken. */
+void g_set_name(Ctx *c, Node *n, const char *base);
+/* Renames a node output in place (producer side only); the new name's
+ * producer is n from now on. */
 void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to);
 /* Moves a node into graph g (appended); used to lift nodes out of If bodies. */
 void g_move_node(Ctx *c, Node *n, Graph *to);

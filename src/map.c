@@ -10,14 +10,19 @@ uint64_t map_hash(const char *s)
 	return h;
 }
 
-static uint64_t hash(const Map *m, const void *key)
+/* Slots are picked by the low bits: mix the high ones into them (FNV-1a's
+ * low bits depend on the low bits of the bytes alone, and value names
+ * differ in a few digits). */
+static uint64_t fmix(uint64_t x)
 {
-	if (!m->byptr)
-		return map_hash(key);
-	uint64_t x = (uintptr_t)key;
 	x ^= x >> 33;
 	x *= 0xff51afd7ed558ccdull;
 	return x ^ (x >> 33);
+}
+
+static uint64_t hash(const Map *m, const void *key)
+{
+	return fmix(m->byptr ? (uintptr_t)key : map_hash(key));
 }
 
 static void init(Map *m, Arena *a, size_t hint, int byptr)

@@ -72,10 +72,10 @@ static int count_convs(const Onnx__GraphProto *gp)
  * it the shapes and types of the graph as it now is. */
 static int tidy(Ctx *c, Err *e)
 {
-	if (g_reindex(c, e))
-		return -1;
+	/* Dead-node elimination and the sort read producers and positions,
+	 * which the mutation API keeps current: one rebuild after them. */
 	g_dce(c);
-	if (g_reindex(c, e) || g_toposort(c, c->g, e))
+	if (g_toposort(c, c->g, e))
 		return -1;
 	return g_reindex(c, e) || g_infer(c, e);
 }

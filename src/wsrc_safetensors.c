@@ -83,6 +83,8 @@ static int entry(WSrc *w, const char *name, const JVal *v, const unsigned char *
 	return wsrc_add(w, &t, e);
 }
 
+static int entries(WSrc *w, const unsigned char *p, uint64_t hl, size_t len, Arena *ta, Err *e);
+
 int wsrc_read_safetensors(WSrc *w, Err *e)
 {
 	const void *base;
@@ -110,14 +112,25 @@ int wsrc_read_safetensors(WSrc *w, Err *e)
 	if (hl > len - 8)
 		return errf(e, "header length %llu runs past the end of the file (%zu bytes); truncated, or not a safetensors file",
 			(unsigned long long)hl, len);
-	JVal *h = json_parse_limited((const char *)p + 8, (size_t)hl, 16 * (size_t)hl + ((size_t)1 << 20), w->a, e);
+	/* The parsed header is some ten times its text (checkpoints of many
+	 * small tensors have a header as large as their data): it lives in an
+	 * arena of its own, gone once the tensors are indexed. */
+	Arena *ta = arena_new();
+	int rc = entries(w, p, hl, len, ta, e);
+	arena_free(ta);
+	return rc;
+}
+
+static int entries(WSrc *w, const unsigned char *p, uint64_t hl, size_t len, Arena *ta, Err *e)
+{
+	JVal *h = json_parse_limited((const char *)p + 8, (size_t)hl, 16 * (size_t)hl + ((size_t)1 << 20), ta, e);
 	if (!h)
 		return errwrap(e, "header");
 	if (h->type != J_OBJ)
 		return errf(e, "header is %s, expected an object", json_type_name(h->type));
 	const unsigned char *data = p + 8 + hl;
 	uint64_t dlen = len - 8 - hl;
-	Span *sp = arena_alloc(w->a, (h->n + 1) * sizeof *sp);
+	Span *sp = arena_alloc(ta, (h->n + 1) * sizeof *sp);
 	size_t ns = 0;
 	for (size_t i = 0; i < h->n; i++) {
 		if (!strcmp(h->key[i], "__metadata__")) {
