@@ -387,12 +387,16 @@ static const char *weight_source(const Graph *g, Node *n, Node *z)
 				continue;
 			const char *d = strip(g, mul->input[1 - r], NULL);
 			Node *gd = def_of(g, d);
-			int64_t one;
+			int64_t one, k;
 			if (gd && g_is(gd, "Gather") && const_int1(g, nin(gd, 1), &one) && one == 1) {
 				Node *sh = def_of(g, gd->input[0]);
 				if (sh && g_is(sh, "Shape") && strcmp(sh->input[0], t) == 0 && !g_attr(sh, "start"))
 					return t;
 			}
+			/* A static shape folded by a simplifier: the constant must be
+			 * T's dimension 1, as the inference knows it. */
+			if (const_int1(g, d, &k) && k > 0 && g_ty_dim(g, t, 1) == k)
+				return t;
 			return NULL;
 		}
 	}

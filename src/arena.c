@@ -17,11 +17,13 @@ typedef struct Block Block;
 struct Block {
 	Block *next;
 	size_t cap, used;
+	int dirty; /* bytes past `used` may be non-zero (a block reused by arena_reset) */
 	_Alignas(16) unsigned char data[];
 };
 
 struct Arena {
 	Block *head;
+	Block *spare; /* standard blocks an arena_reset emptied, served before new ones */
 	size_t total;
 	size_t over; /* first request past the budget or refused by malloc, 0: none */
 };
@@ -101,13 +103,17 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 	enum { HUGE = 2 << 20 };
 	Block *b = NULL;
 	for (int tries = 0; !b && tries < 2; tries++) {
+		/* Zeroed memory, so arena_alloc need not zero it again: fresh
+		 * pages come zeroed from the kernel, and calloc knows it. */
 		if (cap >= 2 * HUGE) {
-			if (posix_memalign((void **)&b, HUGE, sz))
+			if (posix_memalign((void **)&b, HUGE, sz)) {
 				b = NULL;
-			else
+			} else {
 				madvise(b, sz, MADV_HUGEPAGE);
+				memset(b, 0, sz);
+			}
 		} else {
-			b = malloc(sz);
+			b = calloc(1, sz);
 		}
 		if (b || checked || !reserve)
 			break;
@@ -126,6 +132,7 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 	b->next = NULL;
 	b->cap = cap;
 	b->used = 0;
+	b->dirty = 0;
 	return b;
 }
 
@@ -140,15 +147,39 @@ Arena *arena_new(void)
 	return a;
 }
 
+void arena_reset(Arena *a)
+{
+	/* Standard blocks are kept for what comes next (no new pages to
+	 * fault in); private big ones go, their size fits nothing else. */
+	for (Block *b = a->head, *n; b; b = n) {
+		n = b->next;
+		if (b->cap > BLOCK) {
+			held -= sizeof *b + b->cap;
+			free(b);
+			continue;
+		}
+		b->dirty = b->dirty || b->used;
+		b->used = 0;
+		b->next = a->spare;
+		a->spare = b;
+	}
+	a->head = a->spare;
+	a->spare = a->spare->next;
+	a->head->next = NULL;
+	a->total = 0;
+	a->over = 0;
+}
+
 void arena_free(Arena *a)
 {
 	if (!a)
 		return;
-	for (Block *b = a->head, *n; b; b = n) {
-		n = b->next;
-		held -= sizeof *b + b->cap;
-		free(b);
-	}
+	for (int l = 0; l < 2; l++)
+		for (Block *b = l ? a->spare : a->head, *n; b; b = n) {
+			n = b->next;
+			held -= sizeof *b + b->cap;
+			free(b);
+		}
 	free(a);
 }
 
@@ -173,9 +204,12 @@ static void *alloc(Arena *a, size_t n, int checked)
 			a->total += need;
 			return big->data;
 		}
-		b = block_new(a, BLOCK, checked);
-		if (!b)
+		if (a->spare) {
+			b = a->spare;
+			a->spare = b->next;
+		} else if (!(b = block_new(a, BLOCK, checked))) {
 			return NULL;
+		}
 		b->next = a->head;
 		a->head = b;
 	}
@@ -206,7 +240,14 @@ int arena_check(const Arena *a, Err *e)
 void *arena_alloc(Arena *a, size_t n)
 {
 	void *p = arena_alloc_raw(a, n);
-	memset(p, 0, n);
+	/* Fresh blocks are zeroed already; only reused ones need it. */
+	Block *h = a->head;
+	int fresh = (unsigned char *)p >= h->data && (unsigned char *)p < h->data + h->cap ? !h->dirty
+		    : h->next && (unsigned char *)p >= h->next->data && (unsigned char *)p < h->next->data + h->next->cap
+			    ? !h->next->dirty
+			    : 0;
+	if (!fresh)
+		memset(p, 0, n);
 	return p;
 }
 

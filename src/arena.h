@@ -33,6 +33,9 @@ typedef struct Arena Arena;
 
 Arena *arena_new(void);
 void arena_free(Arena *a);
+/* Empties the arena for reuse, keeping its standard blocks: what it handed
+ * out is gone, as after arena_free, without new pages to fault in. */
+void arena_reset(Arena *a);
 /* Zeroed, 16-byte aligned; never NULL (see above: past the budget the
  * overrun is recorded for arena_check; aborts only when malloc fails
  * after the reserve is spent). */

@@ -205,8 +205,10 @@ int g_reindex(Ctx *c, Err *e)
 	size_t capinit = c->g ? c->g->capinit : gp->n_initializer;
 	/* The old index goes at once: reindexing after each layer would
 	 * otherwise keep one dead index per layer, quadratic memory. */
-	arena_free(c->ia);
-	c->ia = arena_new();
+	if (c->ia)
+		arena_reset(c->ia);
+	else
+		c->ia = arena_new();
 	c->gen++;
 	c->inferred = 0;
 	/* The names map outlives the index (they only accumulate): built by
