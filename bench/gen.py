@@ -16,7 +16,15 @@ Conv+BN folding check runs as on real exports.
 
 writes OUTDIR/broken.onnx, model.safetensors, experts.yaml (and with
 --external, broken.onnx.data; with --ref N, in_i.npy/out_i.npy computed in
-NumPy from the dense mixture, for ONNX Runtime checks of small models).
+NumPy from the dense mixture, for ONNX Runtime checks of small models; with
+--dense, dense.onnx: what the exporter gives for the module's dense path,
+every expert on the whole input, GatherElements picking the top-k).
+--batch B exports at a static batch of B.  --expert mixed gives experts the
+ops a sparse dispatch must restack beyond Conv and SiLU: Conv -> unfolded
+BatchNormalization -> Clip(0, 6) -> MaxPool 3x3 -> Conv -> per-channel
+scale (a checkpoint tensor) -> residual Add of the expert's input; --expert
+ghost a GhostNet module: Conv -> SiLU, a second Conv -> SiLU on that,
+both concatenated on channels, sliced to width, Conv.
 Needs Debian's python3-onnx and python3-numpy only.
 """
 import argparse
@@ -60,8 +68,9 @@ class Ckpt:
 
 
 class Gen:
-	def __init__(self, a):
+	def __init__(self, a, dense=False):
 		self.a = a
+		self.dense = dense  # the dense export: all experts, GatherElements dispatch
 		self.nodes, self.inits = [], []
 		self.ckpt = Ckpt()
 		self.onnx_id = 100  # onnx::Conv_N numbering, as the exporter's
@@ -130,7 +139,7 @@ class Gen:
 
 	def layer(self, l, x):
 		a = self.a
-		C, E, k, H, hw = a.channels, a.experts, a.top_k, a.channels * a.hidden, a.hw
+		B, C, E, k, H, hw = a.batch, a.channels, a.experts, a.top_k, a.channels * a.hidden, a.hw
 		s = f"/model/model.{l}"
 		seed = 1000 * l
 		rng = np.random.default_rng(a.seed + l)
@@ -180,12 +189,13 @@ class Gen:
 
 		folds = {}
 		for i in range(E):
-			p = f"model.{l}.experts.{i}.conv"
-			f0 = self.conv_bn(f"{p}.0.weight", f"{p}.1", H, C, 1, seed + 10 + 4 * i)
-			f3 = self.conv_bn(f"{p}.3.weight", f"{p}.4", C, H, 1, seed + 12 + 4 * i)
-			folds[i] = (f0, f3)
+			p = f"model.{l}.experts.{i}"
+			folds[i] = self.expert_weights(p, C, H, seed + 10 + 4 * i)
 		if a.ref:
-			ref["experts"] = [(f0() + f3()) for f0, f3 in (folds[i] for i in range(E))]
+			ref["experts"] = [folds[i]() for i in range(E)]
+		self.ref.append(ref)
+		if self.dense:
+			return self.dense_dispatch(l, s, x, ti, wts, folds, c, nm)
 
 		acc = None
 		for j, i in enumerate(present):
@@ -196,14 +206,7 @@ class Gen:
 			rows = self.node("Squeeze", nm("Squeeze"), [sp[0], c([1])])
 			slot = self.node("Squeeze", nm("Squeeze"), [sp[1], c([1])])
 			g = self.node("Gather", nm("Gather"), [x, rows], axis=0)
-			(w0, b0), (w3, b3) = folds[i][0](), folds[i][1]()
-			e = f"{s}/experts.{i}/conv"
-			y = self.node("Conv", f"{e}/conv.0/Conv", [g, self.conv_init(w0), self.conv_init(b0)],
-				      dilations=[1, 1], group=1, kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 1])
-			sg = self.node("Sigmoid", f"{e}/conv.2/Sigmoid", [y])
-			y = self.node("Mul", f"{e}/conv.2/Mul", [y, sg])
-			y = self.node("Conv", f"{e}/conv.3/Conv", [y, self.conv_init(w3), self.conv_init(b3)],
-				      dilations=[1, 1], group=1, kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 1])
+			y = self.expert(f"{s}/experts.{i}", f"model.{l}.experts.{i}", g, folds[i], c)
 			sh = self.node("Shape", nm("Shape"), [wts])
 			kd = self.node("Gather", nm("Gather"), [sh, c([1])], axis=0)
 			fl = self.node("Flatten", nm("Flatten"), [wts], axis=2)
@@ -227,14 +230,114 @@ class Gen:
 			for d in (1, 2, 3):
 				u = self.node("Unsqueeze", nm("Unsqueeze"), [u, c([d])])
 			ex1 = self.node("Expand", nm("Expand"), [u, self.node("Shape", nm("Shape"), [ex])])
-			z = c(np.zeros((1, C, hw, hw), np.float32), np.float32)
+			z = c(np.zeros((B, C, hw, hw), np.float32), np.float32)
 			sc = self.node("ScatterElements", nm("ScatterElements"), [z, ex1, ex], axis=0)
 			if acc is None:
-				acc = self.node("Add", nm("Add"), [c(np.zeros((1, C, hw, hw), np.float32), np.float32), sc])
+				acc = self.node("Add", nm("Add"), [c(np.zeros((B, C, hw, hw), np.float32), np.float32), sc])
 			else:
 				acc = self.node("Add", nm("Add"), [acc, sc])
-		self.ref.append(ref)
 		return acc
+
+	def expert_weights(self, p, C, H, seed):
+		"""Registers expert p's tensors in the checkpoint; returns a function
+		giving what the export and the reference need of them."""
+		if self.a.expert == "ghost":
+			# GhostNet's module: primary and cheap halves concatenated, cut to width.
+			f0 = self.conv_bn(f"{p}.conv.0.weight", f"{p}.conv.1", H // 2, C, 1, seed)
+			f3 = self.conv_bn(f"{p}.conv.3.weight", f"{p}.conv.4", H // 2, H // 2, 1, seed + 2)
+			f6 = self.conv_bn(f"{p}.conv.6.weight", f"{p}.conv.7", C, H - 2, 1, 300007 + seed)
+			return lambda: f0() + f3() + f6()
+		f0 = self.conv_bn(f"{p}.conv.0.weight", f"{p}.conv.1", H, C, 1, seed)
+		f3 = self.conv_bn(f"{p}.conv.3.weight", f"{p}.conv.4", C, H, 1, seed + 2)
+		if self.a.expert == "conv":
+			return lambda: f0() + f3()
+		# Unfolded BatchNormalization after the first Conv, and a layer scale.
+		def bn():
+			r = np.random.default_rng(100003 + seed)
+			return (r.uniform(0.5, 1.5, H).astype(np.float32), (0.1 * r.standard_normal(H)).astype(np.float32),
+				(0.1 * r.standard_normal(H)).astype(np.float32), r.uniform(0.5, 1.5, H).astype(np.float32))
+
+		def gamma():
+			return np.random.default_rng(200003 + seed).uniform(0.5, 1.5, (C, 1, 1)).astype(np.float32)
+		for i, part in enumerate(("weight", "bias", "running_mean", "running_var")):
+			self.ckpt.add(f"{p}.norm.{part}", (H,), lambda i=i: bn()[i])
+		self.ckpt.add(f"{p}.gamma", (C, 1, 1), gamma)
+		return lambda: f0() + f3() + bn() + (gamma(),)
+
+	def expert(self, e, p, x, fold, c):
+		"""One expert's nodes on x, named under e as the exporter names them."""
+		t = fold()
+		(w0, b0, w3, b3) = t[:4]
+		y = self.node("Conv", f"{e}/conv/conv.0/Conv", [x, self.conv_init(w0), self.conv_init(b0)],
+			      dilations=[1, 1], group=1, kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 1])
+		if self.a.expert == "ghost":
+			y = self.node("Mul", f"{e}/conv/conv.2/Mul", [y, self.node("Sigmoid", f"{e}/conv/conv.2/Sigmoid", [y])])
+			z = self.node("Conv", f"{e}/conv/conv.3/Conv", [y, self.conv_init(w3), self.conv_init(b3)],
+				      dilations=[1, 1], group=1, kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 1])
+			z = self.node("Mul", f"{e}/conv/conv.5/Mul", [z, self.node("Sigmoid", f"{e}/conv/conv.5/Sigmoid", [z])])
+			y = self.node("Concat", f"{e}/Concat", [y, z], axis=1)
+			h = self.a.channels * self.a.hidden
+			y = self.node("Slice", f"{e}/Slice", [y, c([0]), c([h - 2]), c([1]), c([1])])
+			w6, b6 = t[4:6]
+			return self.node("Conv", f"{e}/conv/conv.6/Conv", [y, self.conv_init(w6), self.conv_init(b6)],
+					 dilations=[1, 1], group=1, kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 1])
+		if self.a.expert == "conv":
+			sg = self.node("Sigmoid", f"{e}/conv/conv.2/Sigmoid", [y])
+			y = self.node("Mul", f"{e}/conv/conv.2/Mul", [y, sg])
+			return self.node("Conv", f"{e}/conv/conv.3/Conv", [y, self.conv_init(w3), self.conv_init(b3)],
+					 dilations=[1, 1], group=1, kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 1])
+		g, b, mu, var = t[4:8]
+		bn = [self.named_init(f"{p}.norm.{k}", v) for k, v in
+		      (("weight", g), ("bias", b), ("running_mean", mu), ("running_var", var))]
+		y = self.node("BatchNormalization", f"{e}/norm/BatchNormalization", [y] + bn, epsilon=EPS, momentum=0.9)
+		y = self.node("Clip", f"{e}/act/Clip", [y, c(0.0, np.float32), c(6.0, np.float32)])
+		y = self.node("MaxPool", f"{e}/pool/MaxPool", [y], ceil_mode=0, kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+			      strides=[1, 1])
+		y = self.node("Conv", f"{e}/conv/conv.3/Conv", [y, self.conv_init(w3), self.conv_init(b3)],
+			      dilations=[1, 1], group=1, kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 1])
+		y = self.node("Mul", f"{e}/Mul", [y, self.named_init(f"{p}.gamma", t[8])])
+		return self.node("Add", f"{e}/Add", [y, x])
+
+	def named_init(self, name, arr):
+		"""An initializer named like its checkpoint key, as unfolded parameters are."""
+		self.inits.append(helper.make_tensor(name, F32, arr.shape, np.ascontiguousarray(arr, np.float32).tobytes(), raw=True))
+		return name
+
+	def dense_dispatch(self, l, s, x, ti, wts, folds, c, nm):
+		"""The dense path as the exporter traces it: every expert on x,
+		stacked on axis 1, GatherElements of each slot's expert, weighted sum."""
+		a = self.a
+		B, C, hw = a.batch, a.channels, a.hw
+		u = [self.node("Unsqueeze", nm("Unsqueeze"), [self.expert(f"{s}/experts.{i}", f"model.{l}.experts.{i}", x, folds[i], c),
+							      c([1])]) for i in sorted(folds)]
+		st = self.node("Concat", nm("Concat"), u, axis=1)
+		acc = None
+		for j in range(a.top_k):
+			ij = self.node("Gather", nm("Gather"), [ti, c(j)], axis=1)
+			ij = self.node("Reshape", nm("Reshape"), [ij, c([-1, 1, 1, 1, 1])], allowzero=0)
+			ij = self.node("Expand", nm("Expand"), [ij, c([B, 1, C, hw, hw])])
+			ge = self.node("GatherElements", nm("GatherElements"), [st, ij], axis=1)
+			sq = self.node("Squeeze", nm("Squeeze"), [ge, c([1])])
+			wj = self.node("Gather", nm("Gather"), [wts, c(j)], axis=1)
+			wj = self.node("Reshape", nm("Reshape"), [wj, c([-1, 1, 1, 1])], allowzero=0)
+			p = self.node("Mul", nm("Mul"), [sq, wj])
+			acc = p if acc is None else self.node("Add", nm("Add"), [acc, p])
+		return acc
+
+	def graph(self, name):
+		a = self.a
+		x = "images"
+		for l in range(a.layers):
+			x = self.layer(l, x)
+		self.nodes[-1].output[0] = "output0"
+		shape = [a.batch, a.channels, a.hw, a.hw]
+		g = helper.make_graph(self.nodes, "main_graph", [helper.make_tensor_value_info("images", F32, shape)],
+				      [helper.make_tensor_value_info("output0", F32, shape)], self.inits)
+		m = helper.make_model(g, producer_name="pytorch", producer_version="1.13.0",
+				      opset_imports=[helper.make_opsetid("", 17)])
+		m.ir_version = 8
+		with open(os.path.join(a.outdir, name), "wb") as f:
+			f.write(m.SerializeToString())
 
 	def build(self):
 		a = self.a
@@ -242,20 +345,9 @@ class Gen:
 		if a.external:
 			self.data_name = "broken.onnx.data"
 			self.data = open(os.path.join(a.outdir, self.data_name), "wb")
-		x = "images"
-		for l in range(a.layers):
-			x = self.layer(l, x)
-		self.nodes[-1].output[0] = "output0"
+		self.graph("broken.onnx")
 		if self.data:
 			self.data.close()
-		shape = [1, a.channels, a.hw, a.hw]
-		g = helper.make_graph(self.nodes, "main_graph", [helper.make_tensor_value_info("images", F32, shape)],
-				      [helper.make_tensor_value_info("output0", F32, shape)], self.inits)
-		m = helper.make_model(g, producer_name="pytorch", producer_version="1.13.0",
-				      opset_imports=[helper.make_opsetid("", 17)])
-		m.ir_version = 8
-		with open(os.path.join(a.outdir, "broken.onnx"), "wb") as f:
-			f.write(m.SerializeToString())
 		self.ckpt.write(os.path.join(a.outdir, "model.safetensors"))
 		with open(os.path.join(a.outdir, "experts.yaml"), "w") as f:
 			f.write("weights: model.safetensors\nmoe:\n")
@@ -263,13 +355,15 @@ class Gen:
 				f.write(f"  - scope: model.{l}\n    experts: {a.experts}\n    top_k: {a.top_k}\n")
 		for i in range(a.ref):
 			self.reference(i)
+		if a.dense:
+			Gen(a, dense=True).graph("dense.onnx")
 
 	# --- NumPy reference: the dense mixture every expert would give ----------
 
 	def reference(self, i):
 		a = self.a
 		r = np.random.default_rng(a.seed + 7919 * (i + 1))
-		x = r.standard_normal((1, a.channels, a.hw, a.hw)).astype(np.float32)
+		x = r.standard_normal((a.batch, a.channels, a.hw, a.hw)).astype(np.float32)
 		np.save(os.path.join(a.outdir, f"in_{i}.npy"), x)
 		y = x.astype(np.float64)
 		for ref in self.ref:
@@ -301,11 +395,29 @@ class Gen:
 		out = np.zeros_like(x)
 		for b in range(B):
 			for j in range(self.a.top_k):
-				e0w, e0b, e3w, e3b = ref["experts"][idx[b, j]]
-				z = self.conv1(x[b:b + 1], e0w, e0b)
-				z = z / (1 + np.exp(-z))
-				out[b] += wt[b, j] * self.conv1(z, e3w, e3b)[0]
+				out[b] += wt[b, j] * self.ref_expert(ref["experts"][idx[b, j]], x[b:b + 1])[0]
 		return out
+
+	def ref_expert(self, t, x):
+		e0w, e0b, e3w, e3b = t[:4]
+		z = self.conv1(x, e0w, e0b)
+		if self.a.expert == "ghost":
+			z = z / (1 + np.exp(-z))
+			y = self.conv1(z, e3w, e3b)
+			y = y / (1 + np.exp(-y))
+			z = np.concatenate([z, y], axis=1)[:, :-2]
+			return self.conv1(z, t[4], t[5])
+		if self.a.expert == "conv":
+			z = z / (1 + np.exp(-z))
+			return self.conv1(z, e3w, e3b)
+		g, b, mu, var, gamma = t[4:]
+		z = (z - mu[None, :, None, None]) / np.sqrt(var[None, :, None, None].astype(np.float64) + EPS) \
+			* g[None, :, None, None] + b[None, :, None, None]
+		z = np.clip(z, 0, 6)
+		h, w = z.shape[2:]
+		zp = np.pad(z, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+		z = np.max([zp[:, :, dy:dy + h, dx:dx + w] for dy in range(3) for dx in range(3)], axis=0)
+		return self.conv1(z, e3w, e3b) * gamma[None] + x
 
 
 def main():
@@ -322,6 +434,11 @@ def main():
 	p.add_argument("--external", action="store_true", help="weights in broken.onnx.data")
 	p.add_argument("--ref", type=int, default=0, help="write N NumPy reference pairs (small models)")
 	p.add_argument("--seed", type=int, default=0)
+	p.add_argument("--batch", type=int, default=1, help="static batch of the export")
+	p.add_argument("--expert", choices=("conv", "mixed", "ghost"), default="conv",
+		       help="conv: Conv-SiLU-Conv; mixed: Conv-BN-Clip-MaxPool-Conv-scale-residual; "
+		       "ghost: GhostNet halves concatenated, sliced, Conv")
+	p.add_argument("--dense", action="store_true", help="also write dense.onnx, the dense-path export")
 	a = p.parse_args()
 	if a.missing is None:
 		a.missing = a.experts - a.top_k

@@ -1,12 +1,14 @@
 #!/usr/bin/env node
 'use strict';
-// ONNX Runtime latency of a repaired model against the dense export.
+// ONNX Runtime latency of models run on the same input.
 //
-//   latency.js REPAIRED.onnx DENSE.onnx INPUT.npy [--runs N]
+//   latency.js A.onnx B.onnx [C.onnx ...] INPUT.npy [--runs N]
 //
-// Both sessions run on the same input (CPU, one thread), interleaved run by
-// run so machine noise hits both alike; after a warm-up, prints the median
-// milliseconds of each and their ratio: "repaired_ms dense_ms ratio".
+// Every session runs on the same input (CPU, one thread), interleaved run
+// by run so machine noise hits all alike; after a warm-up, prints the
+// median milliseconds of each model, then the ratio of each but the last
+// to the last: "a_ms b_ms a/b" for two (a repaired model against the
+// dense export), "a_ms b_ms c_ms a/c b/c" for three.
 const path = require('path');
 const { createRequire } = require('module');
 const npy = require(path.join(__dirname, '..', 'tests', 'ort', 'npy.js'));
@@ -29,20 +31,24 @@ async function main() {
 		else
 			pos.push(argv[i]);
 	}
-	if (pos.length !== 3 || !(runs > 0)) {
-		process.stderr.write('usage: latency.js REPAIRED.onnx DENSE.onnx INPUT.npy [--runs N]\n');
+	if (pos.length < 3 || !pos[pos.length - 1].endsWith('.npy') || !(runs > 0)) {
+		process.stderr.write('usage: latency.js A.onnx B.onnx [C.onnx ...] INPUT.npy [--runs N]\n');
 		process.exit(2);
 	}
-	const x = npy.read(pos[2]);
+	const x = npy.read(pos.pop());
 	ort.env.logLevel = 'fatal';
 	const opt = { executionProviders: ['cpu'], intraOpNumThreads: 1, interOpNumThreads: 1, logSeverityLevel: 4 };
-	const sess = [await ort.InferenceSession.create(pos[0], opt), await ort.InferenceSession.create(pos[1], opt)];
+	const sess = [];
+	for (const m of pos)
+		sess.push(await ort.InferenceSession.create(m, opt));
 	const feed = sess.map((s) => ({ [s.inputNames[0]]: new ort.Tensor('float32', x.data, x.dims) }));
-	const t = [[], []];
+	const t = sess.map(() => []);
 	const warm = Math.max(10, runs >> 3);
+	const order = sess.map((_, j) => j);
 	for (let i = 0; i < warm + runs; i++) {
-		// Alternate which goes first: neither always runs on a warmer cache.
-		for (const j of i % 2 ? [1, 0] : [0, 1]) {
+		// Rotate which goes first: none always runs on a warmer cache.
+		for (let q = 0; q < order.length; q++) {
+			const j = order[(q + i) % order.length];
 			const t0 = process.hrtime.bigint();
 			await sess[j].run(feed[j]);
 			const dt = Number(process.hrtime.bigint() - t0) / 1e6;
@@ -50,8 +56,9 @@ async function main() {
 				t[j].push(dt);
 		}
 	}
-	const r = median(t[0]), d = median(t[1]);
-	console.log(`${r.toFixed(4)} ${d.toFixed(4)} ${(r / d).toFixed(3)}`);
+	const med = t.map(median);
+	const last = med[med.length - 1];
+	console.log([...med.map((m) => m.toFixed(4)), ...med.slice(0, -1).map((m) => (m / last).toFixed(3))].join(' '));
 }
 
 main().catch((e) => {

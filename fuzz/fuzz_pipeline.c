@@ -1,6 +1,7 @@
 /* The whole repair on mutated models: the last input byte picks one of the
- * testdata cases (its experts.yaml and weights) and the mode, the rest is
- * the model. Seeds are the cases' broken and dense exports. */
+ * testdata cases (its experts.yaml and weights), the mode and the dispatch
+ * (bit 5: sparse), the rest is the model. Seeds are the cases' broken and
+ * dense exports. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -45,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	unsigned sel = data[size - 1];
 	const Spec *s = sel & 8 ? NULL : spec_of(sel & 7);
-	Opts o = { .check_only = (sel & 16) != 0 };
+	Opts o = { .check_only = (sel & 16) != 0, .dispatch = sel & 32 ? DISPATCH_SPARSE : DISPATCH_DENSE };
 	const char *path = fuzz_file("m.onnx", data, size - 1);
 	Arena *a = arena_new();
 	Model md;

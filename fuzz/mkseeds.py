@@ -123,11 +123,12 @@ with zipfile.ZipFile(b, 'w', zipfile.ZIP_STORED) as z:
     z.writestr('d.npy', npy(np.arange(3, dtype=np.float64)))
 put('npz', 'stored.npz', b.getvalue())
 
-# --- the pipeline: each case's export + the selector byte (case | mode) ---
+# --- the pipeline: each case's export + the selector byte (case | mode | dispatch) ---
 cases = ['example', 'convkinds', 'detector_k1', 'detector_k2', 'dynbatch', 'scripted_if', 'sharedstem', 'single_gn']
 for i, c in enumerate(cases):
     m = rd(f'{TD}/{c}/broken.onnx')
     put('pipeline', f'{c}.repair', m + bytes([i]))
+    put('pipeline', f'{c}.sparse', m + bytes([i | 32]))
     if c in ('example', 'scripted_if', 'dynbatch'):
         put('pipeline', f'{c}.check', m + bytes([i | 16]))
         put('pipeline', f'{c}.diagnose', m + bytes([i | 8]))

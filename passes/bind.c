@@ -220,7 +220,7 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 		bound[i]->scope = s->layer[i].scope;
 	}
 	for (size_t j = 0; j < nl; j++)
-		if (!taken[j] && L[j].form != FORM_DENSE)
+		if (!taken[j] && !FORM_STATIC(L[j].form))
 			return errf(e, "the model has an MoE router '%s' (experts present: %zu) that experts.yaml does not list; add a layer for it",
 				    L[j].topk->name ? L[j].topk->name : L[j].topk->output[0], L[j].nex);
 	return 0;

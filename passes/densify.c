@@ -108,57 +108,6 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 	return map_get(&ren, tpl->out);
 }
 
-/* Emission helpers: axes as inputs from opset 13, attributes before. */
-typedef struct {
-	Ctx *c;
-	const char *pfx;
-	const char *one; /* int64 [1] initializer, opset >= 13 */
-} Emit;
-
-/* Names as the exporter forms them: /model.6/dense/Gather_2 -> ..._output_0. */
-static const char *emit(Emit *m, const char *op, const char *const *in, size_t nin)
-{
-	const char *none = "";
-	Node *n = g_add_node(m->c, m->c->g, op, arena_printf(m->c->a, "%s%s", m->pfx, op), in, nin, &none, 1);
-	g_rename_output(m->c, n, 0, g_fresh(m->c, arena_printf(m->c->a, "%s_output_0", n->name)));
-	return n->output[0];
-}
-
-static Node *last_node(Ctx *c)
-{
-	return c->g->gp->node[c->g->gp->n_node - 1];
-}
-
-static const char *emit_axis1(Emit *m, const char *op, const char *x)
-{
-	if (m->c->opset >= 13) {
-		const char *in[] = { x, m->one };
-		return emit(m, op, in, 2);
-	}
-	const char *out = emit(m, op, &x, 1);
-	int64_t one = 1;
-	g_set_attr_ints(m->c, last_node(m->c), "axes", &one, 1);
-	return out;
-}
-
-static const char *emit_gather1(Emit *m, const char *x, const char *idx)
-{
-	const char *in[] = { x, idx };
-	const char *out = emit(m, "Gather", in, 2);
-	g_set_attr_i(m->c, last_node(m->c), "axis", 1);
-	return out;
-}
-
-static const char *ones_shape(Emit *m, int rank)
-{
-	int64_t v[16];
-	v[0] = -1;
-	for (int i = 1; i < rank; i++)
-		v[i] = 1;
-	return g_add_init_i64(m->c, m->c->g, arena_printf(m->c->a, "%sshape_%d", m->pfx, rank), v, (size_t)rank, 0)
-		->name;
-}
-
 int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 {
 	int E = L->spec->experts, k = L->spec->top_k;
@@ -211,18 +160,15 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	}
 
 	/* [B,E,...] stack, then per slot: GatherElements, weight, sum. */
-	Emit m = { c, arena_printf(c->a, "/%s%sdense/", L->spec->scope, *L->spec->scope ? "/" : ""), NULL };
-	if (c->opset >= 13) {
-		int64_t one = 1;
-		m.one = g_add_init_i64(c, c->g, arena_printf(c->a, "%saxes_1", m.pfx), &one, 1, 0)->name;
-	}
+	Emit m;
+	emit_init(&m, c, arena_printf(c->a, "/%s%sdense/", L->spec->scope, *L->spec->scope ? "/" : ""));
 	const char **u = arena_alloc(c->a, (size_t)E * sizeof *u);
 	for (int id = 0; id < E; id++)
 		u[id] = emit_axis1(&m, "Unsqueeze", y[id]);
 	const char *stack = emit(&m, "Concat", u, (size_t)E);
-	g_set_attr_i(c, last_node(c), "axis", 1);
+	g_set_attr_i(c, emit_last(&m), "axis", 1);
 	const char *shape = emit(&m, "Shape", &u[0], 1);
-	const char *idx_shape = ones_shape(&m, L->rank + 1), *w_shape = ones_shape(&m, L->rank);
+	const char *idx_shape = emit_ones_shape(&m, L->rank + 1), *w_shape = emit_ones_shape(&m, L->rank);
 	/* A condition the dispatch added to the id match (a weight threshold)
 	 * drops the slot it fails: the dense sum zeroes its weight. */
 	const char *weights = L->weights;
@@ -233,7 +179,7 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 			cm = emit(&m, "CastLike", in, 2);
 		} else {
 			cm = emit(&m, "Cast", &L->wmask, 1);
-			g_set_attr_i(c, last_node(c), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+			g_set_attr_i(c, emit_last(&m), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
 		}
 		const char *in[] = { weights, cm };
 		weights = emit(&m, "Mul", in, 2);
@@ -243,21 +189,21 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 		int64_t jj = j;
 		const char *slot =
 			g_add_init_i64(c, c->g, arena_printf(c->a, "%sslot_%d", m.pfx, j), &jj, 1, 1)->name;
-		const char *ij = emit_gather1(&m, L->indices, slot);
+		const char *ij = emit_gather(&m, L->indices, slot, 1);
 		const char *r1[] = { ij, idx_shape };
 		const char *ir = emit(&m, "Reshape", r1, 2);
 		const char *x1[] = { ir, shape };
 		const char *ie = emit(&m, "Expand", x1, 2);
 		const char *g1[] = { stack, ie };
 		const char *ge = emit(&m, "GatherElements", g1, 2);
-		g_set_attr_i(c, last_node(c), "axis", 1);
+		g_set_attr_i(c, emit_last(&m), "axis", 1);
 		const char *sq = emit_axis1(&m, "Squeeze", ge);
-		const char *wj = emit_gather1(&m, weights, slot);
+		const char *wj = emit_gather(&m, weights, slot, 1);
 		const char *r2[] = { wj, w_shape };
 		const char *wr = emit(&m, "Reshape", r2, 2);
 		if (L->wcast) {
 			wr = emit(&m, "Cast", &wr, 1);
-			g_set_attr_i(c, last_node(c), "to", L->wcast);
+			g_set_attr_i(c, emit_last(&m), "to", L->wcast);
 		}
 		const char *m1[] = { sq, wr };
 		const char *p = emit(&m, "Mul", m1, 2);
@@ -277,7 +223,7 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	for (size_t i = 0; i < od->n_output; i++)
 		if (strcmp(od->output[i], L->combined) == 0)
 			g_rename_output(c, od, i, g_fresh(c, arena_printf(c->a, "%s_sparse", L->combined)));
-	g_rename_output(c, last_node(c), 0, L->combined);
+	g_rename_output(c, emit_last(&m), 0, L->combined);
 	lr->ifs = L->nif;
 	lr->repaired = 1;
 	return 0;

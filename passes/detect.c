@@ -201,6 +201,7 @@ typedef struct {
 	const char **view;
 	size_t n, cap;
 	int dense;      /* a view indexes GatherElements: the dense form */
+	int sparse;     /* a view picks rows of stacked expert weights: the sparse form */
 	Arena *a;
 } Views;
 
@@ -226,6 +227,12 @@ static unsigned view_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 	}
 	if (g_is(n, "GatherElements") && slot == 1) {
 		w->dense = 1;
+		return 0;
+	}
+	if (g_is(n, "Gather") && slot == 1 && g_attr_i(n, "axis", 0) == 0) {
+		Val *d = g_val(g, n->input[0]);
+		if (d && d->init && d->init->n_dims >= 2)
+			w->sparse = 1;
 		return 0;
 	}
 	return moves(n, slot, g) ? ~0u : 0;
@@ -1111,14 +1118,14 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 	map_init(&reached, c->ia, 32);
 	flow_forward(c, c->g, (const char *[]){ t->output[1] }, 1, view_step, &w, &reached);
 	if (!w.n) {
-		if (!w.dense) {
+		if (!w.dense && !w.sparse) {
 			Node *hit = unknown_dispatch(c, t);
 			if (hit)
 				return errf(e, "router '%s': its indices reach %s '%s' through a dispatch no known form has (no comparison with expert ids; e.g. ES_MOE's per-pixel routing map); the layer cannot be repaired safely",
 					    L->scope, hit->op_type, hit->name ? hit->name : "");
 			return 0;
 		}
-		L->form = FORM_DENSE;
+		L->form = w.dense ? FORM_DENSE : FORM_SPARSE;
 		L->indices = t->output[1];
 		name_layer(c, L);
 		return 1;

@@ -128,7 +128,7 @@ int moe_layout(Ctx *c, Layer *L, size_t nl, WSrc *w, const char *weights, Spec *
 	out->layer = arena_alloc(c->a, (nl + 1) * sizeof *out->layer);
 	for (size_t i = 0; i < nl; i++) {
 		Layer *l = &L[i];
-		if (l->form == FORM_DENSE)
+		if (FORM_STATIC(l->form))
 			continue;
 		SpecLayer *sl = &out->layer[out->nlayer];
 		memset(sl, 0, sizeof *sl);

@@ -33,9 +33,11 @@ typedef struct {
 	Node *gate;       /* the main-graph If gating it, or NULL */
 } Expert;
 
-/* FORM_UNKNOWN: a data-dependent dispatch detection could not express
+/* FORM_DENSE and FORM_SPARSE are static dispatches: nothing to repair.
+ * FORM_UNKNOWN: a data-dependent dispatch detection could not express
  * (diagnosis only; Layer.why says what disagreed). */
-typedef enum { FORM_ROWS, FORM_MASKSUM, FORM_DENSE, FORM_UNKNOWN } Form;
+typedef enum { FORM_ROWS, FORM_MASKSUM, FORM_DENSE, FORM_SPARSE, FORM_UNKNOWN } Form;
+#define FORM_STATIC(f) ((f) == FORM_DENSE || (f) == FORM_SPARSE)
 
 typedef struct {
 	const SpecLayer *spec; /* bound experts.yaml layer; NULL in diagnosis */
@@ -111,13 +113,41 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 /* Builds expert `id`'s version of template tensor r->tname, in t's dtype. */
 int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w,
 	      void **data, size_t *nbytes, Err *e);
+/* The same into dst (numel x element size bytes): a stack of every
+ * expert's tensor is written in place. */
+int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, void *dst, Err *e);
 
 int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
+/* The sparse dispatch (sparse.c): 1 rewritten, 0 the layer has a form the
+ * sparse dispatch cannot express (lr->fallback says why; nothing changed),
+ * -1 error. Sizes come from the shape inference of the model as loaded:
+ * run after g_infer. */
+int moe_sparse(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
+/* FLOPs of one expert's Convs for one input, -1 when a size is unknown. */
+double moe_expert_flops(const Layer *L);
 
 /* Folds If(Equal(Gather(Shape(t), d), 1)) {Squeeze} {Identity} shape guards
  * whose dimension is provably 1 (dry: only count them). Returns how many,
  * or -1. */
 int fold_shape_ifs(Ctx *c, int dry, Err *e);
+
+/* Emission of new main-graph nodes for the dispatch rewrites (emit.c):
+ * names under pfx as the exporter forms them, axes as inputs from opset 13
+ * and as attributes before. `one` is an int64 [1] holding 1 (opset >= 13). */
+typedef struct {
+	Ctx *c;
+	const char *pfx;
+	const char *one;
+} Emit;
+void emit_init(Emit *m, Ctx *c, const char *pfx);
+const char *emit(Emit *m, const char *op, const char *const *in, size_t nin); /* its first output */
+Node *emit_last(const Emit *m); /* the node emit just added */
+const char *emit_axes(Emit *m, const char *op, const char *x, const int64_t *axes, size_t n);
+const char *emit_axis1(Emit *m, const char *op, const char *x);
+const char *emit_gather(Emit *m, const char *x, const char *idx, int64_t axis);
+const char *emit_i64(Emit *m, const char *base, const int64_t *v, size_t n, int scalar); /* an initializer */
+const char *emit_reshape(Emit *m, const char *x, const int64_t *shape, size_t n);
+const char *emit_ones_shape(Emit *m, int rank); /* [-1, 1, ..., 1] */
 
 /* Helpers shared by the MoE passes. */
 const char *expert_path(Ctx *c, const SpecLayer *s, int id); /* "model.0.experts.3" */

@@ -22,9 +22,11 @@ int moe_scan(Ctx *c, const Layer *L, size_t nl, Report *r, Err *e)
 		lr->ifs = l->nif;
 		lr->nodes_before = lr->nodes_after = l->nodes;
 		lr->convs_before = lr->convs_after = l->convs;
-		lr->dense = l->form == FORM_DENSE;
+		lr->dense = FORM_STATIC(l->form);
+		lr->dispatch = l->form == FORM_SPARSE ? "sparse" : l->form == FORM_DENSE ? "dense" : NULL;
+		lr->expert_flops = -1;
 		lr->why = l->why;
-		if (l->form != FORM_DENSE)
+		if (!FORM_STATIC(l->form))
 			r->damaged = 1;
 	}
 	int f = fold_shape_ifs(c, 1, e);

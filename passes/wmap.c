@@ -890,6 +890,18 @@ static int fits_template(Ctx *c, const Layer *L, const Recipe *r, const char *pr
 int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w,
 	      void **data, size_t *nbytes, Err *e)
 {
+	int64_t n = g_tensor_numel(t);
+	size_t es = wt_dtype_size(t->data_type);
+	void *out = arena_alloc_raw(c->a, (size_t)n * es + 1);
+	if (moe_build_into(c, L, r, t, id, w, out, e))
+		return -1;
+	*data = out;
+	*nbytes = (size_t)n * es;
+	return 0;
+}
+
+int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, void *dst, Err *e)
+{
 	Src s = { .c = c, .w = w };
 	map_init(&s.cache, c->a, 8);
 	int64_t n = g_tensor_numel(t);
@@ -897,7 +909,7 @@ int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, 
 	if (fits_template(c, L, r, pre, w, e))
 		return errwrap(e, "layer %s: expert %d", L->scope, id);
 	size_t es = wt_dtype_size(t->data_type);
-	unsigned char *out = arena_alloc_raw(c->a, (size_t)n * es + 1);
+	unsigned char *out = dst;
 	/* f32 models: folds go straight into the new tensor. */
 	int direct = t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
 	const float *f = rebuild(&s, r, pre, n, direct ? (float *)out : scratch(&s, n), e);
@@ -911,8 +923,6 @@ int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, 
 	if (direct) {
 		if (f != (const float *)out)
 			memcpy(out, f, (size_t)n * es);
-		*data = out;
-		*nbytes = (size_t)n * es;
 		return 0;
 	}
 	for (int64_t i = 0; i < n; i++) {
@@ -940,7 +950,5 @@ int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, 
 				    L->scope, t->name, wt_dtype_name(t->data_type));
 		}
 	}
-	*data = out;
-	*nbytes = (size_t)n * es;
 	return 0;
 }

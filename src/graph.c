@@ -516,6 +516,26 @@ void g_set_attr_ints(Ctx *c, Node *n, const char *name, const int64_t *v, size_t
 	a->n_ints = k;
 }
 
+void g_put_attr_i(Ctx *c, Node *n, const char *name, int64_t v)
+{
+	size_t k = n->n_attribute;
+	for (size_t i = 0; i < k; i++) {
+		if (strcmp(n->attribute[i]->name, name))
+			continue;
+		Onnx__AttributeProto *a = arena_alloc(c->a, sizeof *a);
+		onnx__attribute_proto__init(a);
+		a->name = arena_strdup(c->a, name);
+		a->has_type = 1;
+		a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+		a->has_i = 1;
+		a->i = v;
+		n->attribute = arena_dup(c->a, n->attribute, k * sizeof *n->attribute);
+		n->attribute[i] = a;
+		return;
+	}
+	g_set_attr_i(c, n, name, v);
+}
+
 Node *g_clone_node(Ctx *c, Graph *g, const Node *src)
 {
 	Node *n = arena_dup(c->a, src, sizeof *n);

@@ -124,6 +124,10 @@ Node *g_add_node(Ctx *c, Graph *g, const char *op, const char *name,
 		 const char *const *in, size_t nin, const char *const *out, size_t nout);
 void g_set_attr_i(Ctx *c, Node *n, const char *name, int64_t v);
 void g_set_attr_ints(Ctx *c, Node *n, const char *name, const int64_t *v, size_t k);
+/* Sets an int attribute, replacing one of that name: a clone's attribute
+ * list is its source's, so the list is copied first and the source keeps
+ * its own value. */
+void g_put_attr_i(Ctx *c, Node *n, const char *name, int64_t v);
 /* Shallow copy (same strings): give its outputs their own names with
  * g_rename_output before anything reads them. */
 Node *g_clone_node(Ctx *c, Graph *g, const Node *src);

@@ -29,8 +29,8 @@
 static const char usage[] =
 	"usage: onnx-moe-repair IN.onnx [IN2.onnx ...] [--experts experts.yaml] [--weights CKPT]\n"
 	"                       [-o OUT.onnx | -o DIR | -o -] [--check] [--report FILE.json | --report -]\n"
-	"                       [--emit-experts FILE] [--external-data FILE] [--no-check]\n"
-	"                       [--no-sync] [--in-place] [--max-memory SIZE]\n"
+	"                       [--emit-experts FILE] [--external-data FILE] [--dispatch dense|sparse]\n"
+	"                       [--no-check] [--no-sync] [--in-place] [--max-memory SIZE]\n"
 	"                       [-q] [-v] [--help] [--version]\n"
 	"\n"
 	"Repairs Mixture-of-Experts ONNX models broken by torch.onnx.export tracing:\n"
@@ -56,6 +56,9 @@ static const char usage[] =
 	"                    output's folder, at 4 KiB-aligned offsets; external data\n"
 	"                    of the input stays where it is, referenced. Automatic\n"
 	"                    (OUT.onnx.data) when the output would pass 2 GiB\n"
+	"  --dispatch FORM   dense (default): every expert runs, the top-k are picked;\n"
+	"                    sparse: only the top-k experts run (gathered weights,\n"
+	"                    grouped Conv); layers it cannot express stay dense\n"
 	"  --no-check        skip the check of the output (the input is always checked)\n"
 	"  --no-sync         do not fsync the output: still replaced atomically, but\n"
 	"                    a power loss may lose it (for batch jobs that sync once)\n"
@@ -76,7 +79,7 @@ static const char usage[] =
 
 typedef struct {
 	const char *experts, *weights, *emit, *out, *report, *extdata, *max_memory;
-	int check, no_check, in_place, quiet, verbose, passthrough, no_sync;
+	int check, no_check, in_place, quiet, verbose, passthrough, no_sync, sparse;
 	char **in;
 	int nin;
 } Args;
@@ -151,7 +154,8 @@ static size_t size_arg(const char *s)
 
 static int parse(Args *g, int argc, char **argv, Err *e)
 {
-	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA, O_NOSYNC, O_WEIGHTS, O_EMIT, O_MAXMEM };
+	enum { O_EXPERTS = 256, O_CHECK, O_REPORT, O_NOCHECK, O_INPLACE, O_PASS, O_EXTDATA, O_NOSYNC, O_WEIGHTS, O_EMIT, O_MAXMEM,
+	       O_DISPATCH };
 	static const struct option opts[] = {
 		{ "experts", required_argument, NULL, O_EXPERTS },
 		{ "weights", required_argument, NULL, O_WEIGHTS },
@@ -164,6 +168,7 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		{ "passthrough", no_argument, NULL, O_PASS },
 		{ "external-data", required_argument, NULL, O_EXTDATA },
 		{ "no-sync", no_argument, NULL, O_NOSYNC },
+		{ "dispatch", required_argument, NULL, O_DISPATCH },
 		{ "max-memory", required_argument, NULL, O_MAXMEM },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -185,6 +190,11 @@ static int parse(Args *g, int argc, char **argv, Err *e)
 		case O_PASS: g->passthrough = 1; break;
 		case O_EXTDATA: g->extdata = optarg; break;
 		case O_NOSYNC: g->no_sync = 1; break;
+		case O_DISPATCH:
+			if (strcmp(optarg, "dense") && strcmp(optarg, "sparse"))
+				return errf(e, "--dispatch %s: give dense or sparse", optarg);
+			g->sparse = !strcmp(optarg, "sparse");
+			break;
 		case O_MAXMEM: g->max_memory = optarg; break;
 		case 'q': g->quiet = 1; break;
 		case 'v': g->verbose = 1; break;
@@ -448,7 +458,8 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, int on
 	t1 = now();
 	if (!g->passthrough) {
 		Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose,
-			   .weights = g->weights, .layout = !spec && (g->weights || g->emit), .progress = &pg };
+			   .weights = g->weights, .layout = !spec && (g->weights || g->emit), .progress = &pg,
+			   .dispatch = g->sparse ? DISPATCH_SPARSE : DISPATCH_DENSE };
 		if (pipeline_run(&md, spec, &o, &r, e) < 0) {
 			/* Pass errors name a layer or node, not the file. */
 			errwrap(e, "%s", in);

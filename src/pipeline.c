@@ -103,7 +103,9 @@ static void report_layer(Arena *a, const Layer *L, LayerReport *lr)
 	lr->ifs = L->nif;
 	lr->nodes_before = lr->nodes_after = L->nodes;
 	lr->convs_before = lr->convs_after = L->convs;
-	lr->dense = L->form == FORM_DENSE;
+	lr->dense = FORM_STATIC(L->form);
+	lr->dispatch = L->form == FORM_SPARSE ? "sparse" : L->form == FORM_DENSE ? "dense" : NULL;
+	lr->expert_flops = -1;
 	lr->inserted = arena_alloc(a, ((size_t)L->spec->experts + 1) * sizeof *lr->inserted);
 }
 
@@ -167,7 +169,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		Layer *l = bound[i];
 		LayerReport *lr = &r->layer[r->nlayer++];
 		report_layer(md->a, l, lr);
-		if (l->form == FORM_DENSE)
+		if (FORM_STATIC(l->form))
 			continue;
 		r->damaged = 1;
 		if (o->check_only) {
@@ -185,8 +187,14 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		WSrc *w = NULL;
 		if ((int)l->nex < l->spec->experts && !(w = source(open, &nopen, l->spec, md->a, e)) && l->spec->weights)
 			goto out;
-		if (moe_densify(&c, l, w, lr, e))
+		lr->expert_flops = moe_expert_flops(l);
+		int sparse = 0;
+		if (o->dispatch == DISPATCH_SPARSE && (sparse = moe_sparse(&c, l, w, lr, e)) < 0)
 			goto out;
+		if (!sparse && moe_densify(&c, l, w, lr, e))
+			goto out;
+		if (!sparse)
+			lr->dispatch = "dense";
 		/* Checkpoint and external data pages read for this layer leave
 		 * the process: resident memory stays about the output's size. */
 		wsrc_drop(w);

@@ -10,8 +10,11 @@
 #include "report.h"
 #include "spec.h"
 
+typedef enum { DISPATCH_DENSE, DISPATCH_SPARSE } Dispatch;
+
 typedef struct {
 	int check_only; /* --check: find damage, rewrite nothing */
+	Dispatch dispatch; /* --dispatch: the form repaired layers get */
 	int no_check;   /* --no-check: skip the structural checker */
 	int verbose;
 	const char *weights; /* --weights: the checkpoint for every layer (replaces experts.yaml's) */

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 static void ids(FILE *f, const int *v, int n)
 {
@@ -19,6 +20,39 @@ static int has(const int *v, int n, int x)
 	return 0;
 }
 
+/* "1.25 MFLOP": FLOP counts span kilo to tera. */
+static void flops(FILE *f, double x)
+{
+	static const char *unit[] = { "", "k", "M", "G", "T" };
+	int u = 0;
+	while (x >= 1000 && u < 4) {
+		x /= 1000;
+		u++;
+	}
+	fprintf(f, "%.3g %sFLOP", x, unit[u]);
+}
+
+/* The form emitted, and what the experts cost one input against the dense
+ * form, which runs all of them. */
+static void dispatch(FILE *f, const LayerReport *l)
+{
+	int sparse = !strcmp(l->dispatch, "sparse");
+	fprintf(f, "; %s dispatch", l->dispatch);
+	if (l->fallback)
+		fprintf(f, " (sparse not possible: %s)", l->fallback);
+	if (l->expert_flops < 0 || !l->experts) {
+		fprintf(f, ", expert FLOPs per input %d/%d of dense", sparse ? l->top_k : l->experts, l->experts);
+		return;
+	}
+	fputs(", expert FLOPs per input ", f);
+	flops(f, l->expert_flops * (sparse ? l->top_k : l->experts));
+	if (sparse) {
+		fputs(" vs ", f);
+		flops(f, l->expert_flops * l->experts);
+		fprintf(f, " dense (%.3gx)", (double)l->top_k / l->experts);
+	}
+}
+
 void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int verbose)
 {
 	for (size_t i = 0; i < r->nlayer; i++) {
@@ -27,7 +61,7 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 		char scope[512];
 		fprintf(f, "%s: %s:", name, esc_text(scope, sizeof scope, l->scope ? l->scope : "?"));
 		if (l->dense) {
-			fputs(" dense dispatch, nothing to repair\n", f);
+			fprintf(f, " %s dispatch, nothing to repair\n", l->dispatch ? l->dispatch : "dense");
 			continue;
 		}
 		if (l->why) {
@@ -50,6 +84,8 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 			else
 				fputs("none", f);
 			fprintf(f, "; If removed %d; experts' Conv %d -> %d", l->repaired ? l->ifs : 0, l->convs_before, l->convs_after);
+			if (l->dispatch)
+				dispatch(f, l);
 		} else {
 			if (l->experts > l->npresent) {
 				/* What --check promises to say: which experts are gone. */
@@ -111,6 +147,17 @@ static void members(FILE *f, const Report *r, int oneline)
 		fprintf(f, ", \"dense\": %s, \"repaired\": %s, \"unrepairable\": ", l->dense ? "true" : "false",
 		        l->repaired ? "true" : "false");
 		json_str(f, l->why);
+		fputs(", \"dispatch\": ", f);
+		json_str(f, l->dispatch);
+		fputs(", \"sparse_fallback\": ", f);
+		json_str(f, l->fallback);
+		fputs(", \"expert_flops\": ", f);
+		num(f, l->expert_flops >= 0 ? l->expert_flops : NAN);
+		fputs(", \"dispatch_flops\": ", f);
+		num(f, l->dispatch && l->expert_flops >= 0
+			       ? l->expert_flops * (strcmp(l->dispatch, "sparse") ? l->experts : l->top_k) : NAN);
+		fputs(", \"dense_flops\": ", f);
+		num(f, l->dispatch && l->expert_flops >= 0 ? l->expert_flops * l->experts : NAN);
 		fputc('}', f);
 	}
 	fputs(r->nlayer && !oneline ? "\n  ]" : "]", f);

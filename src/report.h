@@ -17,6 +17,9 @@ typedef struct {
 	int convs_before, convs_after; /* Conv nodes of the layer's experts */
 	double map_maxdiff;   /* largest relative difference in the mapping check */
 	int repaired;         /* 1 when the layer was rewritten */
+	const char *dispatch; /* form the repair emitted: "dense" or "sparse"; NULL when not repaired */
+	const char *fallback; /* why a sparse dispatch was asked for and not emitted, or NULL */
+	double expert_flops;  /* one expert's Conv FLOPs per input, < 0 unknown */
 	int dense;            /* already in the dense form: nothing to repair */
 	const char *why;      /* a dispatch that cannot be repaired: why (diagnosis) */
 } LayerReport;

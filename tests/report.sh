@@ -63,6 +63,12 @@ invalid "a record without status" --lines "$T/bad4.jsonl"
 expect 0 "repair of the example" -- "$BIN" -q "$EX/broken.onnx" --experts "$EX/experts.yaml" -o "$T/fixed.onnx" --report "$T/fixed.json"
 valid "repair report: re-inserted experts listed" "$T/fixed.json" \
 	'd["mode"] == "repair" and d["models"][0]["status"] == "repaired" and len(d["models"][0]["layers"][0]["inserted"]) > 0 and d["models"][0]["output"].endswith("fixed.onnx")'
+expect 0 "sparse repair of the example" -- "$BIN" -q "$EX/broken.onnx" --experts "$EX/experts.yaml" -o "$T/sparse.onnx" \
+	--dispatch sparse --report "$T/sparse.json"
+valid "sparse repair report: the dispatch and k/E of the dense expert FLOPs" "$T/sparse.json" \
+	'(lambda l: l["dispatch"] == "sparse" and l["sparse_fallback"] is None and l["expert_flops"] > 0 and abs(l["dispatch_flops"] * l["experts"] - l["dense_flops"] * l["top_k"]) <= 1e-6 * l["dense_flops"])(d["models"][0]["layers"][0])'
+sed 's/"dispatch": "sparse"/"dispatch": "fast"/' "$T/sparse.json" >"$T/bad5.json"
+invalid "an unknown dispatch" "$T/bad5.json"
 expect 1 "--check of the example" -- "$BIN" -q --check "$EX/broken.onnx" --experts "$EX/experts.yaml" --report "$T/check.json"
 valid "--check report: damaged, exit_status 1" "$T/check.json" \
 	'd["mode"] == "check" and d["exit_status"] == 1 and d["models"][0]["status"] == "damaged" and d["models"][0]["output"] is None'

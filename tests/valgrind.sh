@@ -1,8 +1,8 @@
 #!/bin/sh
 # valgrind memcheck over the corpus: every case of testdata/ and, when
 # present, ../shared/corpus is repaired (from model.safetensors and from
-# model.pt), checked and diagnosed, and every tests/bad case refused, with
-# no memory error and no leak. Skips without valgrind, and for sanitizer
+# model.pt; dense and sparse), checked and diagnosed, and every tests/bad
+# case refused, with no memory error and no leak. Skips without valgrind, and for sanitizer
 # builds (ASan and valgrind do not mix).
 . "$top_srcdir/tests/lib.sh"
 
@@ -35,6 +35,8 @@ for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/ "$top_src
 	n=$((n + 1))
 	vg 0 "$case: repair" "$dir/broken.onnx" --experts "$dir/experts.yaml" -o "$T/out.onnx" --report "$T/r.json"
 	vg 0 "$case: the repaired model needs nothing" --check "$T/out.onnx" --experts "$dir/experts.yaml"
+	vg 0 "$case: sparse repair" "$dir/broken.onnx" --experts "$dir/experts.yaml" -o "$T/sparse.onnx" --dispatch sparse
+	vg 0 "$case: the sparse model needs nothing" --check "$T/sparse.onnx" --experts "$dir/experts.yaml"
 	if [ -f "$dir/model.pt" ]; then
 		sed "s|^weights:.*|weights: $dir/model.pt|" "$dir/experts.yaml" >"$T/pt.yaml"
 		vg 0 "$case: repair from model.pt" "$dir/broken.onnx" --experts "$T/pt.yaml" -o "$T/out.onnx"

@@ -172,9 +172,15 @@ def scripted_gather():
 		dict(c=3, hw=16, opset=16, scripted=script_all)
 
 
+def batch2():
+	"""A static batch of 2: the sparse dispatch folds it into grouped Convs."""
+	return G.Net([G.stem(3, 8), G.MoE(8, 8, 2, "gn"), G.stem(8, 8), G.MoE(8, 4, 2, "dw")]), \
+		dict(c=3, hw=16, batch=2)
+
+
 CASES = {f.__name__: f for f in (example, single_gn, detector_k2, detector_k1,
 	dynbatch, sharedstem, convkinds, scripted_if, yolo_reshape, yolo_cast, bare_module,
-	nested_scope, gated_fusion, adaptive_gate, fp16_eps, scripted_gather)}
+	nested_scope, gated_fusion, adaptive_gate, fp16_eps, scripted_gather, batch2)}
 
 
 def main(argv):

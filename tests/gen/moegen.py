@@ -919,7 +919,8 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 			raise SystemExit(f"{name}: {s}: references show only {sorted(shown.get(s, ()))}")
 	reports = [f(net, ins, outs) for f in checks]
 
-	dummy = torch.zeros(1, c, hw, hw)
+	# A static batch is exported at its size; a dynamic one from one sample.
+	dummy = torch.zeros(1 if dynamic else batch, c, hw, hw)
 	kept = {s: sorted({int(e) for e in idx.flatten() if e >= 0})
 		for s, (_, idx, _) in route(net, dummy).items()}
 	# A traced layer whose dummy reaches every expert loses none: nothing

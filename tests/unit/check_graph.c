@@ -221,6 +221,25 @@ START_TEST(rank_inference)
 }
 END_TEST
 
+START_TEST(put_attr_leaves_the_source)
+{
+	T t;
+	mk(&t);
+	Node *a = add(&t, "Conv", "a", "x", "x", "a_out");
+	g_set_attr_i(&t.c, a, "group", 1);
+	Node *b = g_clone_node(&t.c, t.c.g, a);
+	g_put_attr_i(&t.c, b, "group", 4);
+	g_put_attr_i(&t.c, b, "axis", 2);
+	ck_assert_int_eq(g_attr_i(a, "group", 0), 1);
+	ck_assert_int_eq(g_attr_i(b, "group", 0), 4);
+	ck_assert_int_eq(a->n_attribute, 1);
+	ck_assert_int_eq(b->n_attribute, 2);
+	ck_assert_int_eq(g_attr_i(b, "axis", 0), 2);
+	g_fini(&t.c);
+	arena_free(t.a);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("graph");
@@ -232,6 +251,7 @@ int main(void)
 	tcase_add_test(tc, two_producers_and_undefined_inputs);
 	tcase_add_test(tc, undeclared_domain);
 	tcase_add_test(tc, rank_inference);
+	tcase_add_test(tc, put_attr_leaves_the_source);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

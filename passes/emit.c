@@ -1,0 +1,78 @@
+/* Emission helpers the dispatch rewrites share (densify, sparse): new nodes
+ * in the main graph, named under one prefix as the exporter names its own
+ * (/model.6/dense/Gather_2 -> ..._output_0), with axes as inputs from opset
+ * 13 and as attributes before. */
+#include <string.h>
+
+#include "moe.h"
+
+void emit_init(Emit *m, Ctx *c, const char *pfx)
+{
+	m->c = c;
+	m->pfx = pfx;
+	m->one = NULL;
+	if (c->opset >= 13) {
+		int64_t one = 1;
+		m->one = g_add_init_i64(c, c->g, arena_printf(c->a, "%saxes_1", pfx), &one, 1, 0)->name;
+	}
+}
+
+const char *emit(Emit *m, const char *op, const char *const *in, size_t nin)
+{
+	const char *none = "";
+	Node *n = g_add_node(m->c, m->c->g, op, arena_printf(m->c->a, "%s%s", m->pfx, op), in, nin, &none, 1);
+	g_rename_output(m->c, n, 0, g_fresh(m->c, arena_printf(m->c->a, "%s_output_0", n->name)));
+	return n->output[0];
+}
+
+Node *emit_last(const Emit *m)
+{
+	return m->c->g->gp->node[m->c->g->gp->n_node - 1];
+}
+
+const char *emit_axes(Emit *m, const char *op, const char *x, const int64_t *axes, size_t n)
+{
+	if (m->c->opset >= 13) {
+		const char *a = n == 1 && axes[0] == 1 && m->one ? m->one : emit_i64(m, "axes", axes, n, 0);
+		const char *in[] = { x, a };
+		return emit(m, op, in, 2);
+	}
+	const char *out = emit(m, op, &x, 1);
+	g_set_attr_ints(m->c, emit_last(m), "axes", axes, n);
+	return out;
+}
+
+const char *emit_axis1(Emit *m, const char *op, const char *x)
+{
+	int64_t one = 1;
+	return emit_axes(m, op, x, &one, 1);
+}
+
+const char *emit_gather(Emit *m, const char *x, const char *idx, int64_t axis)
+{
+	const char *in[] = { x, idx };
+	const char *out = emit(m, "Gather", in, 2);
+	g_set_attr_i(m->c, emit_last(m), "axis", axis);
+	return out;
+}
+
+const char *emit_i64(Emit *m, const char *base, const int64_t *v, size_t n, int scalar)
+{
+	return g_add_init_i64(m->c, m->c->g, arena_printf(m->c->a, "%s%s", m->pfx, base), v, n, scalar)->name;
+}
+
+const char *emit_reshape(Emit *m, const char *x, const int64_t *shape, size_t n)
+{
+	const char *in[] = { x, emit_i64(m, "target", shape, n, 0) };
+	return emit(m, "Reshape", in, 2);
+}
+
+const char *emit_ones_shape(Emit *m, int rank)
+{
+	int64_t v[16];
+	v[0] = -1;
+	for (int i = 1; i < rank; i++)
+		v[i] = 1;
+	return g_add_init_i64(m->c, m->c->g, arena_printf(m->c->a, "%sshape_%d", m->pfx, rank), v, (size_t)rank, 0)
+		->name;
+}
