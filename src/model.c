@@ -39,7 +39,12 @@ typedef struct {
 	const uint8_t *p0, *end;
 	size_t at;        /* offset of the problem */
 	char why[256];
-	int invalid;      /* well-formed protobuf, invalid ONNX (a NUL in a string) */
+	/* The first string holding a NUL: well-formed protobuf, invalid ONNX.
+	 * Said only when the whole wire format holds, for random bytes pass
+	 * for a short string often enough (1 file in 100) and a wire break
+	 * further on is the truer diagnosis. */
+	size_t nul_at;
+	char nul[256];
 } Scan;
 
 /* Up to 48 bytes of s, printable ASCII as is, the rest as \xNN. */
@@ -152,12 +157,11 @@ static int scan(Scan *s, const ProtobufCMessageDescriptor *d, const uint8_t *p, 
 			/* protobuf-c hands strings out NUL-terminated: a NUL inside
 			 * would silently cut a name short (and the round trip would
 			 * no longer be lossless). Only the wire length shows it. */
-			if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, len)) {
+			if (f && f->type == PROTOBUF_C_TYPE_STRING && !*s->nul && memchr(p, 0, len)) {
 				char esc[224];
 				escape(esc, sizeof esc, p, len);
-				snprintf(s->why, sizeof s->why, "%s.%s '%s' contains a NUL character", d->name, f->name, esc);
-				s->invalid = 1;
-				return -1;
+				snprintf(s->nul, sizeof s->nul, "%s.%s '%s' contains a NUL character", d->name, f->name, esc);
+				s->nul_at = s->at;
 			}
 			p += len;
 			break;
@@ -190,9 +194,8 @@ int model_wire_check(const void *p, size_t n, Err *e)
 {
 	Scan s = { .p0 = p, .end = (const uint8_t *)p + n };
 	if (scan(&s, &onnx__model_proto__descriptor, p, s.end, 0) == 0)
-		return 0;
-	if (s.invalid)
-		return errf(e, "not a valid ONNX model: %s (byte %zu); names and strings cannot contain NUL, rename it", s.why, s.at);
+		return *s.nul ? errf(e, "not a valid ONNX model: %s (byte %zu); names and strings cannot contain NUL, rename it",
+		                     s.nul, s.nul_at) : 0;
 	/* The reason quotes values decoded from the bytes (field numbers,
 	 * lengths): of a file recognised as something else (text behind a
 	 * symlink, a checkpoint) they are its content, so only where the

@@ -86,6 +86,11 @@ START_TEST(nul_in_a_name)
 	ck_assert_str_eq(e.msg, "not a valid ONNX model: onnx.NodeProto.output 'y\\x00evil' contains a NUL character (byte 4); names and strings cannot contain NUL, rename it");
 	ck_assert_int_eq(model_wire_check(ok, sizeof ok, &e), 0);
 	ck_assert_int_eq(model_wire_check(bytes, sizeof bytes, &e), 0);
+	/* Random bytes: the NUL in a string is chance, the wire break after
+	 * it is what the file is. */
+	static const uint8_t garbage[] = { 0x3a, 10, 0x0a, 8, 0x12, 6, 'y', 0, 'e', 'v', 'i', 'l', 0x0f };
+	ck_assert_int_eq(model_wire_check(garbage, sizeof garbage, &e), -1);
+	ck_assert_str_eq(e.msg, "not an ONNX model (protobuf parse failed at byte 12 of 13: field onnx.ModelProto.ir_version has wire type 7, expected 0)");
 }
 END_TEST
 
