@@ -46,11 +46,21 @@ static int str(J *j, const char **out)
 {
 	j->p++; /* opening quote */
 	const char *q = j->p;
-	while (q < j->end && *q != '"')
+	int plain = 1; /* no escape, no control character: a copy decodes it */
+	while (q < j->end && *q != '"') {
+		plain &= *q != '\\' && (unsigned char)*q >= 0x20;
 		q += *q == '\\' ? 2 : 1;
+	}
 	if (q >= j->end)
 		return fail(j, "unterminated string");
 	char *o = arena_alloc_raw(j->a, (size_t)(q - j->p) + 1), *w = o;
+	if (plain) {
+		memcpy(o, j->p, (size_t)(q - j->p));
+		o[q - j->p] = 0;
+		j->p = q + 1;
+		*out = o;
+		return 0;
+	}
 	while (*j->p != '"') {
 		unsigned char c = (unsigned char)*j->p++;
 		if (c < 0x20)
@@ -262,6 +272,51 @@ JVal *json_parse_limited(const char *text, size_t len, size_t maxmem, Arena *a, 
 		return NULL;
 	}
 	return v;
+}
+
+int json_members(const char *text, size_t len, size_t maxmem, Arena *tmp,
+	int (*fn)(void *ud, const char *key, const JVal *v, Err *e), void *ud, Err *e)
+{
+	J j = { text, text + len, text, tmp, e, 0, maxmem };
+	ws(&j);
+	if (j.p >= j.end || *j.p != '{')
+		return j.p >= j.end ? fail(&j, "unexpected end of text") : fail(&j, "expected an object");
+	j.p++;
+	ws(&j);
+	if (j.p < j.end && *j.p == '}')
+		j.p++;
+	else
+		for (;;) {
+			arena_reset(tmp);
+			j.used0 = arena_used(tmp);
+			const char *k;
+			if (j.p >= j.end || *j.p != '"')
+				return fail(&j, "expected a string key");
+			if (str(&j, &k))
+				return -1;
+			ws(&j);
+			if (j.p >= j.end || *j.p != ':')
+				return fail(&j, "expected ':' after key");
+			j.p++;
+			JVal *v = value(&j, 1);
+			if (!v || fn(ud, k, v, e))
+				return -1;
+			ws(&j);
+			if (j.p < j.end && *j.p == ',') {
+				j.p++;
+				ws(&j);
+				continue;
+			}
+			if (j.p < j.end && *j.p == '}') {
+				j.p++;
+				break;
+			}
+			return fail(&j, "expected ',' or '}'");
+		}
+	ws(&j);
+	if (j.p != j.end)
+		return fail(&j, "trailing characters after the JSON value");
+	return 0;
 }
 
 int json_uint(const JVal *v, int64_t *out)

@@ -27,6 +27,13 @@ JVal *json_parse(const char *text, size_t len, Arena *a, Err *e);
  * (a text of small values takes ~40 bytes of tree per byte) or the
  * memory budget is passed. */
 JVal *json_parse_limited(const char *text, size_t len, size_t maxmem, Arena *a, Err *e);
+/* Parses text that must be one object member by member, for headers of
+ * many members: fn gets each key and value, both in tmp, which is reset
+ * before the next member, so the parse needs the memory of one member
+ * (maxmem bounds each) and not of the tree. Stops at fn's nonzero return,
+ * whose error it keeps; errors of the text read as json_parse's. */
+int json_members(const char *text, size_t len, size_t maxmem, Arena *tmp,
+	int (*fn)(void *ud, const char *key, const JVal *v, Err *e), void *ud, Err *e);
 /* A non-negative integer literal (no sign, fraction or exponent) that fits
  * in int64; -1 when v is anything else. */
 int json_uint(const JVal *v, int64_t *out);

@@ -121,43 +121,68 @@ int wsrc_read_safetensors(WSrc *w, Err *e)
 	return rc;
 }
 
+typedef struct {
+	WSrc *w;
+	const unsigned char *data;
+	uint64_t dlen;
+	Span *sp;
+	size_t ns, cap;
+	int ours; /* the failure is in an entry, not in the JSON */
+} Hdr;
+
+static int member(void *ud, const char *key, const JVal *v, Err *e)
+{
+	Hdr *h = ud;
+	h->ours = 1;
+	if (!strcmp(key, "__metadata__")) {
+		if (v->type != J_OBJ)
+			return errf(e, "header: __metadata__ is %s, expected an object", json_type_name(v->type));
+		for (size_t k = 0; k < v->n; k++)
+			if (v->v[k]->type != J_STR)
+				return errf(e, "header: __metadata__ '%s' is %s, expected a string",
+					v->key[k], json_type_name(v->v[k]->type));
+		h->ours = 0;
+		return 0;
+	}
+	if (h->ns == h->cap) {
+		size_t nc = h->cap ? 2 * h->cap : 1024;
+		Span *n = realloc(h->sp, nc * sizeof *n);
+		if (!n)
+			return errf(e, "out of memory indexing the header");
+		h->sp = n;
+		h->cap = nc;
+	}
+	if (entry(h->w, key, v, h->data, h->dlen, &h->sp[h->ns], e))
+		return -1;
+	h->ns++;
+	h->ours = 0;
+	return 0;
+}
+
 static int entries(WSrc *w, const unsigned char *p, uint64_t hl, size_t len, Arena *ta, Err *e)
 {
-	JVal *h = json_parse_limited((const char *)p + 8, (size_t)hl, 16 * (size_t)hl + ((size_t)1 << 20), ta, e);
-	if (!h)
-		return errwrap(e, "header");
-	if (h->type != J_OBJ)
-		return errf(e, "header is %s, expected an object", json_type_name(h->type));
-	const unsigned char *data = p + 8 + hl;
-	uint64_t dlen = len - 8 - hl;
-	Span *sp = arena_alloc(ta, (h->n + 1) * sizeof *sp);
-	size_t ns = 0;
-	for (size_t i = 0; i < h->n; i++) {
-		if (!strcmp(h->key[i], "__metadata__")) {
-			const JVal *m = h->v[i];
-			if (m->type != J_OBJ)
-				return errf(e, "header: __metadata__ is %s, expected an object", json_type_name(m->type));
-			for (size_t k = 0; k < m->n; k++)
-				if (m->v[k]->type != J_STR)
-					return errf(e, "header: __metadata__ '%s' is %s, expected a string",
-						m->key[k], json_type_name(m->v[k]->type));
-			continue;
-		}
-		if (entry(w, h->key[i], h->v[i], data, dlen, &sp[ns], e))
-			return -1;
-		ns++;
+	/* Member by member: the tree of a whole header of small tensors is
+	 * some ten times its text, all of it fresh pages to fault in. */
+	Hdr h = { w, p + 8 + hl, len - 8 - hl, NULL, 0, 0, 0 };
+	if (json_members((const char *)p + 8, (size_t)hl, 16 * (size_t)hl + ((size_t)1 << 20), ta, member, &h, e)) {
+		free(h.sp);
+		return h.ours ? -1 : errwrap(e, "header");
 	}
+	Span *sp = h.sp;
+	size_t ns = h.ns;
 	/* Zero-length tensors own no bytes and cannot overlap anything. */
 	qsort(sp, ns, sizeof *sp, cmpspan);
 	int64_t end = 0;
 	const char *last = NULL;
-	for (size_t i = 0; i < ns; i++) {
+	int rc = 0;
+	for (size_t i = 0; i < ns && !rc; i++) {
 		if (sp[i].begin == sp[i].end)
 			continue;
 		if (sp[i].begin < end)
-			return errf(e, "header: tensors '%s' and '%s' overlap in the data area", last, sp[i].name);
+			rc = errf(e, "header: tensors '%s' and '%s' overlap in the data area", last, sp[i].name);
 		end = sp[i].end;
 		last = sp[i].name;
 	}
-	return 0;
+	free(sp);
+	return rc;
 }
