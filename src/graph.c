@@ -48,6 +48,7 @@ static void place(Ctx *c, Node *n, Graph *g, size_t pos)
 	}
 	k->g = g;
 	k->pos = pos;
+	k->n = n;
 }
 
 Val *g_val(const Graph *g, const char *name)
@@ -763,30 +764,35 @@ size_t g_dce(Ctx *c)
 
 /* ---- topological sort ---- */
 
-enum { UNSEEN, ONSTACK, DONE };
-
 int g_toposort(Ctx *c, Graph *g, Err *e)
 {
 	Onnx__GraphProto *gp = g->gp;
 	size_t n = gp->n_node;
-	PMap state;
-	pmap_init(&state, c->a, n);
-	Node **out = arena_alloc(c->a, (n ? n : 1) * sizeof *out);
+	/* The visit state lives in each node's NodeInfo, tagged with this
+	 * sort's number, so no state is cleared and no map is built per sort. */
+	unsigned onstack = c->sorts += 2, done = onstack + 1;
+	NodeInfo **out = arena_alloc(c->ia, (n ? n : 1) * sizeof *out);
 	size_t nout = 0;
 	/* Iterative DFS emitting a node after its producers, visiting in the
 	 * current order: already-ordered graphs come out unchanged. */
 	typedef struct {
 		Node *n;
+		NodeInfo *k;
 		size_t next; /* next input to look at; n_input.. walks body outer refs */
 	} Frame;
-	Frame *st = arena_alloc(c->a, (n + 1) * sizeof *st);
+	Frame *st = arena_alloc(c->ia, (n + 1) * sizeof *st);
 	for (size_t i = 0; i < n; i++) {
 		Node *root = gp->node[i];
-		if (pmap_get(&state, root))
+		NodeInfo *rk = info(c, root);
+		if (!rk) {
+			place(c, root, g, i);
+			rk = info(c, root);
+		}
+		if (rk->sort == onstack || rk->sort == done)
 			continue;
 		size_t sp = 0;
-		st[sp++] = (Frame){ root, 0 };
-		pmap_put(&state, root, (void *)ONSTACK);
+		st[sp++] = (Frame){ root, rk, 0 };
+		rk->sort = onstack;
 		while (sp) {
 			Frame *f = &st[sp - 1];
 			const char *dep = NULL;
@@ -802,8 +808,8 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 					seen += g->sub[s]->nouter;
 				}
 				if (!dep) {
-					pmap_put(&state, f->n, (void *)DONE);
-					out[nout++] = f->n;
+					f->k->sort = done;
+					out[nout++] = f->k;
 					sp--;
 					continue;
 				}
@@ -811,21 +817,19 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 			if (!*dep)
 				continue;
 			Val *v = map_get(&g->val, dep);
-			if (!v || !v->def || g_graph_of(c, v->def) != g)
+			NodeInfo *dk = v && v->def ? info(c, v->def) : NULL;
+			if (!dk || dk->g != g || dk->sort == done)
 				continue;
-			uintptr_t s = (uintptr_t)pmap_get(&state, v->def);
-			if (s == DONE)
-				continue;
-			if (s == ONSTACK)
+			if (dk->sort == onstack)
 				return errf(e, "graph has a cycle through node '%s' (value '%s'); the model is malformed",
 					    v->def->name ? v->def->name : "", dep);
-			pmap_put(&state, v->def, (void *)ONSTACK);
-			st[sp++] = (Frame){ v->def, 0 };
+			dk->sort = onstack;
+			st[sp++] = (Frame){ v->def, dk, 0 };
 		}
 	}
-	if (n) /* an empty graph may have node == NULL */
-		memcpy(gp->node, out, n * sizeof *out);
-	for (size_t i = 0; i < n; i++)
-		place(c, gp->node[i], g, i);
+	for (size_t i = 0; i < n; i++) {
+		gp->node[i] = out[i]->n;
+		out[i]->pos = i;
+	}
 	return 0;
 }

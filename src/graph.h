@@ -25,6 +25,8 @@ typedef struct {
 	Graph *g;
 	size_t pos;
 	int live; /* g_dce's mark */
+	unsigned sort; /* g_toposort's visit state, tagged with Ctx.sorts */
+	Node *n;
 } NodeInfo;
 
 typedef struct {
@@ -72,6 +74,7 @@ typedef struct {
 	Map fresh;       /* base name -> last suffix handed out */
 	Arena *ia;       /* the index (Graph, Val, maps), replaced by each g_reindex */
 	unsigned gen;    /* counts g_reindex calls: results that hold index objects record it */
+	unsigned sorts;  /* g_toposort's calls, two tags each */
 	int inferred;    /* g_infer has run on the current index (Val.ty is filled) */
 	/* Reads a tensor kept in external data (the model's mapping of its
 	 * file); set after g_init by whoever loaded the model, NULL: unreadable. */
