@@ -1,5 +1,5 @@
 /* Hash maps (open addressing), arena-backed, in two flavours sharing one
- * implementation: Map is keyed by string (FNV-1a), PMap by pointer, for side
+ * implementation: Map is keyed by string, PMap by pointer, for side
  * tables over protobuf objects (node -> info). Keys are not copied: they
  * must outlive the map (they live in the arena or in the mapped model).
  * Removal is not supported; passes mark values dead instead. */
