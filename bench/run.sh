@@ -6,8 +6,9 @@
 #     Debian's python3-onnx (the floor of any Python-stack tool),
 #   - cp of the repaired file (the physical floor), and cp + sync (the
 #     floor of a durable write: the repair fsyncs its output);
-# the same for a model whose weights (> 2 GiB) are external data; three
-# sizes for linear scaling in layers and experts; ONNX Runtime latency of
+# the same for a model whose weights (> 2 GiB) are external data; four
+# graph-heavy models (50-400 layers of tiny experts, against Python too);
+# four sizes for linear scaling in layers and experts; ONNX Runtime latency of
 # repaired vs dense exports of the corpus.  Prints the tables and writes
 # them into README.md between the bench markers.
 #
@@ -118,13 +119,11 @@ or=$(med ours 2) pr=$(med py 2) cr=$(med cp 2) sr=$(med cpsync 2)
 	echo
 	echo "| target | measured | |"
 	echo "| --- | ---: | --- |"
-	echo "| repair <= 0.5x Python load+save | $(ratio "$ow" "$pw")x | $(met "$(ratio "$ow" "$pw")" 0.5) |"
-	echo "| repair <= 3x \`cp\` | $(ratio "$ow" "$cw")x | $(met "$(ratio "$ow" "$cw")" 3) |"
-	echo "| repair <= 3x \`cp\` + \`sync\` | $(ratio "$ow" "$sw")x | $(met "$(ratio "$ow" "$sw")" 3) |"
+	echo "| repair <= 0.4x Python load+save | $(ratio "$ow" "$pw")x | $(met "$(ratio "$ow" "$pw")" 0.4) |"
+	echo "| repair <= 2.5x \`cp\` + \`sync\` | $(ratio "$ow" "$sw")x | $(met "$(ratio "$ow" "$sw")" 2.5) |"
 	nw=$(med oursns 1)
-	echo "| like for like, no fsync: repair \`--no-sync\` <= 0.5x Python | $(ratio "$nw" "$pw")x | $(met "$(ratio "$nw" "$pw")" 0.5) |"
-	echo "| like for like, no fsync: repair \`--no-sync\` <= 3x \`cp\` | $(ratio "$nw" "$cw")x | $(met "$(ratio "$nw" "$cw")" 3) |"
-	echo "| peak RSS <= 1.5x output size | $(ratio "$((or * 1024))" "$osz")x | $(met "$(ratio "$((or * 1024))" "$osz")" 1.5) |"
+	echo "| like for like, no fsync: repair \`--no-sync\` <= 0.4x Python | $(ratio "$nw" "$pw")x | $(met "$(ratio "$nw" "$pw")" 0.4) |"
+	echo "| peak RSS <= 1.2x output size | $(ratio "$((or * 1024))" "$osz")x | $(met "$(ratio "$((or * 1024))" "$osz")" 1.2) |"
 	echo
 } >>"$TAB"
 rm -f "$B/py.onnx" "$B/cp.onnx"
@@ -140,6 +139,8 @@ for i in $(seq "$ROUNDS"); do
 	echo "external round $i/$ROUNDS" >&2
 	rm -f "$X/out.onnx" "$X/out.onnx.data"
 	run xours "$BIN" -q "$X/broken.onnx" --experts "$X/experts.yaml" -o "$X/out.onnx" --external-data out.onnx.data
+	rm -f "$X/out.onnx" "$X/out.onnx.data"
+	run xoursns "$BIN" -q "$X/broken.onnx" --experts "$X/experts.yaml" -o "$X/out.onnx" --external-data out.onnx.data --no-sync
 	rm -rf "$X/py" && mkdir "$X/py"
 	pyrun xpy "$PY" "$ROOT/bench/pyfloor.py" "$X/broken.onnx" "$X/ref/out.onnx" "$X/py/out.onnx" --external
 	rm -rf "$X/cp" && mkdir "$X/cp"
@@ -158,15 +159,57 @@ xw=$(med xours 1) xp=$(med xpy 1) xcw=$(med xcpw 1) xca=$(med xcpa 1)
 	echo "| run | bytes written (MiB) | median wall (s) | peak RSS (MiB) |"
 	echo "| --- | ---: | ---: | ---: |"
 	echo "| onnx-moe-repair \`--external-data\` | $(mib $((wr / 1024))) | $xw | $(mib "$(med xours 2)") |"
+	echo "| the same, \`--no-sync\` (no fsync, like the rows below) | $(mib $((wr / 1024))) | $(med xoursns 1) | $(mib "$(med xoursns 2)") |"
 	echo "| Python: \`onnx.load\` + \`onnx.save\` with external data | $(mib $(($(bytes "$X/py/"*) / 1024))) | $xp | $(mib "$(med xpy 2)") |"
 	echo "| \`cp\` of the bytes the repair writes | $(mib $((wr / 1024))) | $xcw | $(mib "$(med xcpw 2)") |"
 	echo "| \`cp\` of the whole repaired model | $(mib $(((wr + un) / 1024))) | $xca | $(mib "$(med xcpa 2)") |"
 	echo
-	echo "Repair / Python: $(ratio "$xw" "$xp")x; repair / \`cp\` of what it writes: $(ratio "$xw" "$xcw")x;"
-	echo "repair / \`cp\` of the whole model: $(ratio "$xw" "$xca")x."
+	echo "Repair / Python: $(ratio "$xw" "$xp")x; repair / \`cp\` of the whole model: $(ratio "$xw" "$xca")x."
+	xn=$(med xoursns 1)
+	echo "Target repair <= 4x \`cp\` of the bytes it writes: $(ratio "$xw" "$xcw")x, $(met "$(ratio "$xw" "$xcw")" 4);"
+	echo "like for like, \`--no-sync\`: $(ratio "$xn" "$xcw")x, $(met "$(ratio "$xn" "$xcw")" 4)."
 	echo
 } >>"$TAB"
 rm -rf "$X/py" "$X/cp" "$X/ref"
+
+# --- graph-heavy: many layers of tiny experts --------------------------------
+# The graph is the work here (weights are a few MB): the fixed cost per node
+# and whether it stays linear in the graph.
+{
+	echo "**Graph-heavy** (C=4, 16 experts, top-2, 14 missing per layer: tiny weights, large graphs)."
+	echo
+	echo "| layers | nodes in -> out | repaired (MiB) | median wall (s) | Python load+save (s) | ratio | us per output node | peak RSS (MiB) |"
+	echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+} >>"$TAB"
+for L in 50 100 200 400; do
+	G=$OUT/graph_$L
+	gen "$G" --layers "$L" --channels 4 --experts 16 --top-k 2
+	rm -f "$G/out.onnx" && "$BIN" -q "$G/broken.onnx" --experts "$G/experts.yaml" -o "$G/out.onnx" # warm-up
+	rm -f "$G/ref.onnx" && cp "$G/out.onnx" "$G/ref.onnx"
+	: >"$T/g" && : >"$T/gpy"
+	for i in $(seq "$ROUNDS"); do
+		rm -f "$G/out.onnx"
+		run g "$BIN" -q "$G/broken.onnx" --experts "$G/experts.yaml" -o "$G/out.onnx"
+		rm -f "$G/py.onnx"
+		pyrun gpy "$PY" "$ROOT/bench/pyfloor.py" "$G/broken.onnx" "$G/ref.onnx" "$G/py.onnx"
+	done
+	cmp -s "$G/out.onnx" "$G/py.onnx" || die "Python's save of the repaired $L-layer model differs from ours"
+	set -- $("$PY" -c 'import onnx, sys; print(*(len(onnx.load(f).graph.node) for f in sys.argv[1:]))' "$G/broken.onnx" "$G/out.onnx")
+	gw=$(med g 1) gp=$(med gpy 1) gr=$(med g 2) gsz=$(bytes "$G/out.onnx")
+	echo "| $L | $1 -> $2 | $(awk -v b="$gsz" 'BEGIN { printf "%.1f", b / 1048576 }') | $gw | $gp | $(ratio "$gw" "$gp")x | $(awk -v w="$gw" -v n="$2" 'BEGIN { printf "%.1f", 1e6 * w / n }') | $(mib "$gr") |" >>"$TAB"
+	eval "gw_$L=\$gw gp_$L=\$gp gr_$L=\$gr gsz_$L=\$gsz"
+	rm -f "$G/py.onnx" "$G/ref.onnx" "$T/g" "$T/gpy"
+done
+{
+	echo
+	echo "| target (400 layers) | measured | |"
+	echo "| --- | ---: | --- |"
+	echo "| repair <= 0.5x Python load+save | $(ratio "$gw_400" "$gp_400")x | $(met "$(ratio "$gw_400" "$gp_400")" 0.5) |"
+	echo "| linear: time for 400 layers <= 4.6x the time for 100 | $(ratio "$gw_400" "$gw_100")x | $(met "$(ratio "$gw_400" "$gw_100")" 4.6) |"
+	lim=$((3 * gsz_400 / 1024 + 65536))
+	echo "| peak RSS <= 3x output + 64 MiB ($(mib "$lim") MiB) | $(mib "$gr_400") MiB | $(met "$gr_400" "$lim") |"
+	echo
+} >>"$TAB"
 
 # --- linear scaling ------------------------------------------------------------
 {

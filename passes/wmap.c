@@ -103,6 +103,17 @@ static void prefault(const void *p, size_t n)
 	madvise((void *)a, b - a, MADV_POPULATE_READ);
 }
 
+static const float *key_f32(Src *s, const char *key, int64_t *n);
+
+/* A tensor about to be read whole. */
+static const float *key_whole(Src *s, const char *key, int64_t *n)
+{
+	const float *f = key_f32(s, key, n);
+	if (f)
+		prefault(f, (size_t)*n * sizeof *f);
+	return f;
+}
+
 static float *scratch(Src *s, int64_t n)
 {
 	if ((size_t)n > s->ntmp) {
@@ -119,6 +130,7 @@ static double tolerance(const Src *s, int dtype)
 		       dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? 1e-3 : 1e-5;
 }
 
+/* Not prefaulted: a strided sample reads 256 values of it. */
 static const float *key_f32(Src *s, const char *key, int64_t *n)
 {
 	const WTensor *t = wsrc_get(s->w, key);
@@ -126,10 +138,8 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 		return NULL;
 	*n = wt_numel(t);
 	const float *d = as_f32(t->data, t->dtype);
-	if (d && *n >= 0 && t->nbytes == (size_t)*n * sizeof *d) {
-		prefault(d, t->nbytes);
+	if (d && *n >= 0 && t->nbytes == (size_t)*n * sizeof *d)
 		return d;
-	}
 	float *f = map_get(&s->cache, key);
 	if (f)
 		return f;
@@ -189,7 +199,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	int64_t n = 0;
 	if (r->kind == R_NAME || r->kind == R_VALUE) {
 		const char *k = kbuf(s, "%s%s", pre, r->rest);
-		const float *f = key_f32(s, k, &n);
+		const float *f = key_whole(s, k, &n);
 		if (!f) {
 			errf(e, "no tensor '%s' in %s", k, s->w->path);
 			return NULL;
@@ -208,7 +218,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	}
 	if (r->kind == R_FOLD_W) {
 		const char *k = kbuf(s, "%s%s", pre, r->rest);
-		const float *w = key_f32(s, k, &n);
+		const float *w = key_whole(s, k, &n);
 		if (!w || n != want || bn.n <= 0 || want % bn.n) {
 			errf(e, "no Conv weight '%s' of %lld elements in %s", k, (long long)want, s->w->path);
 			return NULL;
