@@ -80,6 +80,7 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 			return NULL;
 		const char *name = r->kind == R_FOLD_W ? arena_printf(c->a, "%s%s:bnfold", pre, r->rest)
 				   : r->kind == R_FOLD_B ? arena_printf(c->a, "%s%s.bias:bnfold", pre, r->bn)
+				   : r->kind == R_TRANS	 ? arena_printf(c->a, "%s%s:T", pre, r->rest)
 							 : arena_printf(c->a, "%s%s", pre, r->rest);
 		Tensor *nt = g_add_init(c, c->g, name, t->data_type, t->dims, t->n_dims, data, nb);
 		over[r->node][r->input] = nt->name;
@@ -189,18 +190,26 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 		int64_t jj = j;
 		const char *slot =
 			g_add_init_i64(c, c->g, arena_printf(c->a, "%sslot_%d", m.pfx, j), &jj, 1, 1)->name;
-		const char *ij = emit_gather(&m, L->indices, slot, 1);
-		const char *r1[] = { ij, idx_shape };
-		const char *ir = emit(&m, "Reshape", r1, 2);
+		const char *ij = emit_gather(&m, L->indices, slot, 1), *ir;
+		if (L->permap) { /* [B,S...] -> [B,1,1,S...]: one expert per position */
+			ir = emit_axis1(&m, "Unsqueeze", emit_axis1(&m, "Unsqueeze", ij));
+		} else {
+			const char *r1[] = { ij, idx_shape };
+			ir = emit(&m, "Reshape", r1, 2);
+		}
 		const char *x1[] = { ir, shape };
 		const char *ie = emit(&m, "Expand", x1, 2);
 		const char *g1[] = { stack, ie };
 		const char *ge = emit(&m, "GatherElements", g1, 2);
 		g_set_attr_i(c, emit_last(&m), "axis", 1);
 		const char *sq = emit_axis1(&m, "Squeeze", ge);
-		const char *wj = emit_gather(&m, weights, slot, 1);
-		const char *r2[] = { wj, w_shape };
-		const char *wr = emit(&m, "Reshape", r2, 2);
+		const char *wj = emit_gather(&m, weights, slot, 1), *wr;
+		if (L->permap) {
+			wr = emit_axis1(&m, "Unsqueeze", wj);
+		} else {
+			const char *r2[] = { wj, w_shape };
+			wr = emit(&m, "Reshape", r2, 2);
+		}
 		if (L->wcast) {
 			wr = emit(&m, "Cast", &wr, 1);
 			g_set_attr_i(c, emit_last(&m), "to", L->wcast);

@@ -403,6 +403,97 @@ static const char *weight_source(const Graph *g, Node *n, Node *z)
 	return NULL;
 }
 
+/* v through casts and identities only: values with the same layout. */
+static const char *uncast(const Graph *g, const char *v)
+{
+	for (int d = 0; d < 16; d++) {
+		Node *n = def_of(g, v);
+		if (!n || !(g_is(n, "Cast") || g_is(n, "Identity")))
+			break;
+		v = n->input[0];
+	}
+	return v;
+}
+
+/* Per-position routing (MoT's per-pixel top-k): the weight of expert id is
+ * channel id of a [B,E,S...] map that the router scattered its per-slot
+ * weights into, at the very indices the dispatch compares; gathered at the
+ * selected rows. The per-slot weights behind the map, or NULL. The dense
+ * sum over slots of weight x the expert the slot picks computes the same
+ * map product, so the layer takes the common dense form. */
+static const char *map_weights(const Graph *g, Node *n, Node *z, const char *indices, int64_t id)
+{
+	Node *zz = NULL;
+	int64_t st, en, ax, step = 1;
+	if (!g_is(n, "Gather") || g_attr_i(n, "axis", 0) != 0 || nz_coord(g, n->input[1], &zz) != 0 || zz != z)
+		return NULL;
+	Node *s = def_of(g, n->input[0]);
+	if (!s || !g_is(s, "Slice") || s->n_input < 4 || !const_int1(g, s->input[1], &st) ||
+	    !const_int1(g, s->input[2], &en) || !const_int1(g, s->input[3], &ax) ||
+	    (s->n_input > 4 && *s->input[4] && !const_int1(g, s->input[4], &step)))
+		return NULL;
+	if (ax != 1 || st != id || en != id + 1 || step != 1)
+		return NULL;
+	Node *sc = def_of(g, uncast(g, s->input[0]));
+	if (!sc || !g_is(sc, "ScatterElements") || g_attr_i(sc, "axis", 0) != 1 || g_attr(sc, "reduction") ||
+	    !g_is_zero(g, sc->input[0]) || strcmp(uncast(g, sc->input[1]), uncast(g, indices)) != 0)
+		return NULL;
+	return sc->input[2];
+}
+
+/* Whether NonZero z selects the rows where any position of the match
+ * holds: z reads Greater(ReduceSum|ReduceMax(match as [B,-1]), 0). Per-
+ * position routing selects whole rows so; a threshold other than 0 would
+ * drop rows the dense form keeps. */
+static int any_rows(const Graph *g, const Node *z, const char *match)
+{
+	Node *gt = def_of(g, uncast(g, z->input[0]));
+	int64_t zero;
+	if (!gt || !g_is(gt, "Greater") || !const_int1(g, nin(gt, 1), &zero) || zero != 0)
+		return 0;
+	Node *r = def_of(g, uncast(g, gt->input[0]));
+	if (!r || !(g_is(r, "ReduceSum") || g_is(r, "ReduceMax")) || g_attr_i(r, "keepdims", 1) != 0)
+		return 0;
+	int64_t axes;
+	const Onnx__AttributeProto *a = g_attr(r, "axes");
+	if (a ? a->n_ints != 1 || a->ints[0] != 1 : !(r->n_input > 1 && const_int1(g, r->input[1], &axes) && axes == 1))
+		return 0;
+	Node *f = def_of(g, uncast(g, r->input[0]));
+	if (!f || !(g_is(f, "Reshape") || g_is(f, "Flatten")))
+		return 0;
+	if (g_is(f, "Flatten") && g_attr_i(f, "axis", 1) != 1)
+		return 0;
+	if (g_is(f, "Reshape")) {
+		int64_t sh[2];
+		if (g_const_ints(g, nin(f, 1), sh, 2) != 2 || sh[1] != -1 || !(sh[0] == 0 || sh[0] == -1 || sh[0] > 0))
+			return 0;
+	}
+	return strcmp(uncast(g, f->input[0]), match) == 0;
+}
+
+/* Rows of a tensor read back to be added to and written in place
+ * (out[b] = out[b] + y, a ScatterND into the tensor read): part of the
+ * routed sum, which checks it. */
+static int rmw_read(const Graph *g, const Node *n)
+{
+	Val *v = g_val(g, n->output[0]);
+	if (!v || v->nuse != 1 || !g_is(v->use[0].n, "Add"))
+		return 0;
+	const char *o = v->use[0].n->output[0];
+	for (int d = 0; d < 4; d++) {
+		Val *a = g_val(g, o);
+		if (!a || a->nuse != 1)
+			return 0;
+		Node *u = a->use[0].n;
+		if (g_is(u, "ScatterND") && u->n_input == 3 && strcmp(u->input[2], o) == 0)
+			return strcmp(u->input[0], n->input[0]) == 0 && strcmp(u->input[1], o) != 0;
+		if (!(g_is(u, "Reshape") || g_is(u, "Cast") || g_is(u, "Identity")) || strcmp(u->input[0], o) != 0)
+			return 0;
+		o = u->output[0];
+	}
+	return 0;
+}
+
 /* ---- the expert's nodes ---- */
 
 typedef struct {
@@ -513,6 +604,10 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, co
 typedef struct {
 	uint64_t *bits; /* per value: which experts (index into L->ex) */
 	int contrib;    /* a view of one contribution, not yet summed */
+	/* A contribution added to rows of base read at the rows the expert
+	 * ran on: a ScatterND writing it back into base adds it. */
+	const char *base;
+	Node *z;
 } Acc;
 
 typedef struct {
@@ -570,6 +665,22 @@ static Acc *acc_eval(AccWalk *w, Node *n)
 		Acc *a = acc_of(w, n->input[0]);
 		return a; /* same class, same bits */
 	}
+	if (g_is(n, "Add") && n->n_input == 2) {
+		/* out[b] + y: rows of a tensor plus a contribution on those rows */
+		for (int s = 0; s < 2; s++) {
+			Acc *a = acc_of(w, n->input[1 - s]);
+			Node *rd = def_of(g, n->input[s]), *z = NULL;
+			if (!a || !a->contrib || a->base || !rd || !g_is(rd, "Gather") || g_attr_i(rd, "axis", 0) != 0 ||
+			    nz_coord(g, rd->input[1], &z) != 0)
+				continue;
+			Acc *r = acc_new(w);
+			disjoint_or(w, r->bits, a->bits);
+			r->contrib = 1;
+			r->base = rd->input[0];
+			r->z = z;
+			return r;
+		}
+	}
 	if (g_is(n, "Add") || g_is(n, "Sum")) {
 		Acc *r = acc_new(w);
 		int any = 0;
@@ -591,12 +702,19 @@ static Acc *acc_eval(AccWalk *w, Node *n)
 			return NULL;
 		const Onnx__AttributeProto *red = g_attr(n, "reduction");
 		int add = red && red->has_s && red->s.len == 3 && memcmp(red->s.data, "add", 3) == 0;
-		/* Writing over a partial sum replaces rows: only into zeros, or with add. */
-		if (b0 && !add)
-			return NULL;
 		Node *z = NULL;
 		/* The rows written are the rows the expert read. */
 		if (nz_coord(g, n->input[1], &z) != 0)
+			return NULL;
+		/* Rows read from the target, added to, written back: an add,
+		 * when they are the same rows (NonZero's are distinct). */
+		if (u->base) {
+			if (add || strcmp(u->base, n->input[0]) != 0 || z != u->z || !g_is(n, "ScatterND"))
+				return NULL;
+			add = 1;
+		}
+		/* Writing over a partial sum replaces rows: only into zeros, or with add. */
+		if (b0 && !add)
 			return NULL;
 		Acc *r = acc_new(w);
 		disjoint_or(w, r->bits, b0);
@@ -836,6 +954,10 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 				continue; /* checked with the routed sum */
 			Graph *ng = g_graph_of(c, n);
 			if (g_is(n, "Gather") && g_attr_i(n, "axis", 0) == 0 && nz_coord(ng, n->input[1], &zz) == 0 &&
+			    zz == z && rmw_read(ng, n))
+				continue; /* checked with the routed sum */
+			const char *mw = map_weights(ng, n, z, L->indices, id);
+			if (!mw && g_is(n, "Gather") && g_attr_i(n, "axis", 0) == 0 && nz_coord(ng, n->input[1], &zz) == 0 &&
 			    zz == z && !map_get(&rk, n->input[0])) {
 				if (row && strcmp(row->input[0], n->input[0]) != 0)
 					return errf(e, "layer %s: expert %d gathers rows of two tensors ('%s', '%s'); the layer cannot be repaired safely",
@@ -846,8 +968,17 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 				row = n;
 				continue;
 			}
-			const char *t = weight_source(ng, n, z);
+			int pm = mw != NULL;
+			const char *t = pm ? mw : weight_source(ng, n, z);
 			if (t && !wg) {
+				if (pm && !any_rows(ng, z, eq->output[0]))
+					return errf(e, "layer %s: expert %d's rows are not those where any position chose it; the layer cannot be repaired safely",
+						    L->scope, x->id);
+				if (x != L->ex && pm != L->permap)
+					return errf(e, "layer %s: expert %d is weighted %s, expert %d %s; the layer cannot be repaired safely",
+						    L->scope, x->id, pm ? "per position" : "per row", L->ex[0].id,
+						    pm ? "per row" : "per position");
+				L->permap = pm;
 				wg = n;
 				wsrc = t;
 				continue;
@@ -915,6 +1046,17 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 	if (agree(L, wview, wsrc, "routing weights", x->id, e))
 		return -1;
 	return collect(c, L, x, stop, low, L->spec ? L->spec->input : NULL, e);
+}
+
+int moe_same_structure(const Expert *a, const Expert *b)
+{
+	if (a->nnode != b->nnode)
+		return 0;
+	for (size_t i = 0; i < a->nnode; i++)
+		if (strcmp(a->node[i]->op_type, b->node[i]->op_type) != 0 ||
+		    a->node[i]->n_input != b->node[i]->n_input)
+			return 0;
+	return 1;
 }
 
 static int cmp_id(const void *a, const void *b)
@@ -1170,6 +1312,18 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 		return errf(e, "layer %s: cannot tell the rank of expert %d's output '%s'; add value_info for it",
 			    L->scope, L->ex[0].id, L->ex[0].out);
 	name_layer(c, L);
+	/* Experts missing beside present ones built differently: no clone
+	 * can stand for them. Said here, so diagnosis calls it unrepairable. */
+	for (size_t i = 1; i < L->nex && L->width > (int64_t)L->nex; i++)
+		if (!moe_same_structure(&L->ex[0], &L->ex[i]))
+			return errf(e, "layer %s: expert %d's subgraph differs from expert %d's (%zu vs %zu nodes) and %lld of %lld experts are missing; experts of one layer must share a structure to be rebuilt",
+				    L->scope, L->ex[i].id, L->ex[0].id, L->ex[i].nnode, L->ex[0].nnode,
+				    (long long)(L->width - (int64_t)L->nex), (long long)L->width);
+	/* Per-position weights must line up with the expert output's
+	 * positions: [B,k,S...] for [B,C,S...]. */
+	if (L->permap && (g_ty_rank(c->g, L->indices) != L->rank || g_ty_rank(c->g, L->weights) != L->rank))
+		return errf(e, "layer %s: per-position routing with indices of rank %d and weights of rank %d for expert outputs of rank %d; the layer cannot be repaired safely",
+			    L->scope, g_ty_rank(c->g, L->indices), g_ty_rank(c->g, L->weights), L->rank);
 	if (L->spec && L->spec->output) {
 		if (!g_val(c->g, L->spec->output))
 			return errf(e, "layer %s: output '%s' is not a value of the model", L->spec->scope, L->spec->output);

@@ -53,6 +53,9 @@ typedef struct {
 	const char *weights;  /* [B,k,...] weights as the dispatch multiplies them */
 	const char *wmask;    /* [B,k] condition the dispatch adds to the id match, or NULL */
 	int64_t wcast;        /* element type the weights are cast to before the product, 0: none */
+	int permap;           /* routing per position (MoT): indices and weights are [B,k,S...] for
+	                       * expert outputs [B,C,S...]; each expert weighs its rows by its channel
+	                       * of the [B,E,S...] map the weights were scattered into */
 	const char *x;        /* the full tensor the experts read */
 	const char *combined; /* the routed sum the rest of the model reads */
 	int rank;             /* rank of one expert's output */
@@ -73,6 +76,10 @@ typedef struct {
  * diagnosis): a router whose dispatch cannot be expressed is a layer of
  * FORM_UNKNOWN, not an error. */
 int moe_find(Ctx *c, const Spec *s, int lenient, Layer **out, size_t *n, Err *e);
+/* Whether two experts' subgraphs have the same ops in the same order: a
+ * missing expert is a clone of a present one, so a layer whose present
+ * experts differ (MoT's three transformer kinds) cannot be rebuilt. */
+int moe_same_structure(const Expert *a, const Expert *b);
 
 /* Ties experts.yaml layers to detected layers (by names, then by checkpoint
  * values for what names do not settle, reading weights through src) and checks that the two agree
@@ -91,7 +98,9 @@ int moe_layout(Ctx *c, Layer *L, size_t nl, WSrc *w, const char *weights, Spec *
 int moe_scan(Ctx *c, const Layer *L, size_t nl, Report *r, Err *e);
 
 /* A way to rebuild one template tensor for any expert from the checkpoint. */
-typedef enum { R_NAME, R_VALUE, R_FOLD_W, R_FOLD_B, R_SHARED } RKind;
+/* R_TRANS: a 2-D key transposed (torch's Linear exported as MatMul reads
+ * its weight transposed). */
+typedef enum { R_NAME, R_VALUE, R_FOLD_W, R_FOLD_B, R_SHARED, R_TRANS } RKind;
 
 typedef struct {
 	const char *tname; /* template tensor (initializer) */

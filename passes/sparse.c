@@ -262,6 +262,7 @@ static const char *stack_name(S *s, size_t i, size_t j)
 	if (r && r->kind != R_SHARED && p) {
 		const char *key = r->kind == R_FOLD_W ? arena_printf(s->c->a, "%s:bnfold", r->rest)
 				  : r->kind == R_FOLD_B ? arena_printf(s->c->a, "%s.bias:bnfold", r->bn)
+				  : r->kind == R_TRANS	? arena_printf(s->c->a, "%s:T", r->rest)
 							: r->rest;
 		return arena_printf(s->c->a, "%s%s%s%.*sstacked%s.%s", sp->prefix ? sp->prefix : "", sp->scope,
 				    *sp->scope ? "." : "", (int)(p - pat), pat, p + 3, key);
@@ -1023,6 +1024,10 @@ int moe_sparse(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 		return errf(e, "layer %s: internal error: detected on an index since rebuilt; please report this model",
 			    L->scope);
 	lr->dispatch = "dense";
+	if (L->permap) { /* each position picks its experts: no row runs only k of them */
+		lr->fallback = "the routing is per position, not per input";
+		return 0;
+	}
 	if (c->opset < 11) {
 		lr->fallback = arena_printf(c->a, "opset %d is older than 11", c->opset);
 		return 0;

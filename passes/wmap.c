@@ -211,6 +211,20 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 		}
 		return f;
 	}
+	if (r->kind == R_TRANS) {
+		const char *k = kbuf(s, "%s%s", pre, r->rest);
+		const WTensor *kt = wsrc_get(s->w, k);
+		const float *f = kt && kt->ndim == 2 ? key_whole(s, k, &n) : NULL;
+		if (!f || n != want) {
+			errf(e, "no 2-D tensor '%s' of %lld elements in %s", k, (long long)want, s->w->path);
+			return NULL;
+		}
+		int64_t rows = kt->dims[0], cols = kt->dims[1]; /* the key is [cols of the template, rows] */
+		for (int64_t i = 0; i < cols; i++)
+			for (int64_t j = 0; j < rows; j++)
+				out[i * rows + j] = f[j * cols + i];
+		return out;
+	}
 	BN bn;
 	if (get_bn(s, pre, r->bn, &bn)) {
 		errf(e, "no BatchNorm statistics '%s%s.running_var/running_mean' in %s", pre, r->bn, s->w->path);
@@ -265,7 +279,7 @@ enum { SAMPLES = 256 };
 
 static int sample_diff(Src *s, const Recipe *r, const char *pre, int64_t n, const float *f, double *d, Err *e)
 {
-	if (r->kind == R_FOLD_B) { /* one value per channel: small */
+	if (r->kind == R_FOLD_B || r->kind == R_TRANS) { /* small, or no stride to sample by */
 		const float *x = rebuild(s, r, pre, n, scratch(s, n), e);
 		if (!x)
 			return -1;
@@ -394,6 +408,19 @@ static Cands candidates(Src *s, const Tensor *t, const float *f, int64_t n, cons
 			cand_add(s, &cs, &(Recipe){ .tname = t->name, .kind = strcmp(k->name, t->name) ? R_VALUE : R_NAME,
 						    .rest = k->name + lp }, d);
 	}
+	/* A Linear's weight, read transposed by MatMul: a 2-D key of the
+	 * transposed shape. */
+	for (size_t i = lo; i < hi && t->n_dims == 2; i++) {
+		const WTensor *k = wsrc_sorted(w, i);
+		if (k->ndim != 2 || k->dims[0] != t->dims[1] || k->dims[1] != t->dims[0])
+			continue;
+		Recipe r = { .tname = t->name, .kind = R_TRANS, .rest = k->name + lp };
+		Err e;
+		const float *x = rebuild(s, &r, pre, n, scratch(s, n), &e);
+		double d = x ? reldiff(x, f, n) : INFINITY;
+		if (d <= tol)
+			cand_add(s, &cs, &r, d);
+	}
 	/* Conv + BatchNorm folds: every BN group under the expert against every
 	 * Conv weight (or bias) of matching size. Experts hold a few of each. */
 	for (size_t i = lo; i < hi; i++) {
@@ -482,17 +509,6 @@ static Slot *const_slots(Ctx *c, const Expert *x, size_t *ns)
 	return s;
 }
 
-static int same_shape(const Ctx *c, const Expert *a, const Expert *b)
-{
-	if (a->nnode != b->nnode)
-		return 0;
-	for (size_t i = 0; i < a->nnode; i++)
-		if (strcmp(a->node[i]->op_type, b->node[i]->op_type) != 0 ||
-		    a->node[i]->n_input != b->node[i]->n_input)
-			return 0;
-	return 1;
-}
-
 /* How closely recipe r rebuilds present expert q's tensor at slot sl:
  * whole, except tensors kept in external data past the template (a
  * strided sample, see SAMPLES). -1 on error (e set). */
@@ -564,6 +580,8 @@ static const char *describe(Ctx *c, const char *pre, const Recipe *r)
 	case R_NAME:
 	case R_VALUE:
 		return arena_printf(c->a, "'%s%s'", pre, r->rest);
+	case R_TRANS:
+		return arena_printf(c->a, "'%s%s' transposed", pre, r->rest);
 	case R_FOLD_W:
 		return arena_printf(c->a, "'%s%s' folded with BatchNorm '%s%s' (eps %g)", pre, r->rest, pre, r->bn, r->eps);
 	case R_FOLD_B:
@@ -729,8 +747,11 @@ static int same_structure(Src *s, const Layer *L, const Expert *tpl, Err *e)
 			const WTensor *a = wsrc_sorted(s->w, i);
 			const char *k = kbuf(s, "%s%s", p, a->name + strlen(tp));
 			const WTensor *b = wsrc_get(s->w, k);
-			if (!b)
+			if (!b && lo == hi)
 				return errf(e, "layer %s: %s has no '%s' for expert %d (expert %d has '%s'); is it this model's checkpoint?",
+					    L->scope, s->w->path, k, id, tpl->id, a->name);
+			else if (!b) /* the expert has keys, not this one */
+				return errf(e, "layer %s: %s has no '%s' for expert %d (expert %d has '%s'): a damaged or another model's checkpoint, or experts built differently, which no one template rebuilds",
 					    L->scope, s->w->path, k, id, tpl->id, a->name);
 			else if (b->ndim != a->ndim || memcmp(b->dims, a->dims, (size_t)a->ndim * sizeof *a->dims))
 				odd = arena_printf(c->a, "has '%s' of shape %s where expert %d has %s", k, shape_str(c, b), tpl->id,
@@ -749,17 +770,44 @@ static int same_structure(Src *s, const Layer *L, const Expert *tpl, Err *e)
 	return 0;
 }
 
+static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, int clones, Err *e);
+
 int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err *e)
+{
+	if (L->gen != c->gen)
+		return errf(e, "layer %s: internal error: mapped on an index since rebuilt; please report this model", L->scope);
+	size_t odd = L->nex;
+	for (size_t k = 0; k < L->nex && odd == L->nex; k++)
+		if (!moe_same_structure(tpl, &L->ex[k]))
+			odd = k;
+	if (odd == L->nex)
+		return map_layer(c, L, tpl, w, m, 1, e);
+	if (!L->spec || (int)L->nex < L->spec->experts)
+		return errf(e, "layer %s: expert %d's subgraph differs from expert %d's (%zu vs %zu nodes); experts of one layer must share a structure",
+			    L->scope, L->ex[odd].id, tpl->id, L->ex[odd].nnode, tpl->nnode);
+	/* Experts built differently, all present (MoT's transformer kinds):
+	 * nothing is cloned, so each only has to rebuild from its own keys. */
+	double maxdiff = 0;
+	for (size_t k = 0; k < L->nex; k++) {
+		Layer one = *L;
+		one.ex = &L->ex[k];
+		one.nex = 1;
+		if (map_layer(c, &one, one.ex, w, m, 0, e))
+			return -1;
+		if (m->maxdiff > maxdiff)
+			maxdiff = m->maxdiff;
+	}
+	m->maxdiff = maxdiff;
+	return 0;
+}
+
+/* clones: missing experts will be built from tpl, so every expert id must
+ * hold tpl's tensors in the checkpoint. */
+static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, int clones, Err *e)
 {
 	Src s = { .c = c, .w = w };
 	map_init(&s.cache, c->a, 64);
-	if (L->gen != c->gen)
-		return errf(e, "layer %s: internal error: mapped on an index since rebuilt; please report this model", L->scope);
-	for (size_t k = 0; k < L->nex; k++)
-		if (!same_shape(c, tpl, &L->ex[k]))
-			return errf(e, "layer %s: expert %d's subgraph differs from expert %d's (%zu vs %zu nodes); experts of one layer must share a structure",
-				    L->scope, L->ex[k].id, tpl->id, L->ex[k].nnode, tpl->nnode);
-	if (same_structure(&s, L, tpl, e))
+	if (clones && same_structure(&s, L, tpl, e))
 		return -1;
 	size_t ns;
 	Slot *sl = const_slots(c, tpl, &ns);

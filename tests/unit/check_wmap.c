@@ -234,6 +234,39 @@ START_TEST(by_value)
 }
 END_TEST
 
+/* torch's Linear exported as MatMul reads its weight transposed: a 2-D
+ * template tensor rebuilt by R_TRANS for a missing expert is its key
+ * transposed. (Found by value: the MoT case of testdata/, zero-config.) */
+START_TEST(build_transposed)
+{
+	Fx f;
+	begin(&f, "/model.0");
+	ck_plain(f.w, "model.0.experts.{i}.", 4, 0);
+	float k0[6] = { 1, 2, 3, 4, 5, 6 }, k1[6] = { -1, 0.5f, 7, 8, -9, 10 };
+	ck_put(f.w, "model.0.experts.0.lin.weight", FLOAT, "3,2", k0, 6);
+	ck_put(f.w, "model.0.experts.1.lin.weight", FLOAT, "3,2", k1, 6);
+	end(&f);
+	int64_t dims[2] = { 2, 3 };
+	Tensor t = ONNX__TENSOR_PROTO__INIT;
+	t.name = "onnx::MatMul_7";
+	t.data_type = FLOAT;
+	t.n_dims = 2;
+	t.dims = dims;
+	Recipe r = { .tname = t.name, .kind = R_TRANS, .rest = "lin.weight" };
+	void *data;
+	size_t nb;
+	ck_assert_msg(moe_build(&f.b.c, f.L, &r, &t, 1, f.w, &data, &nb, &f.b.e) == 0, "moe_build: %s", f.b.e.msg);
+	float want[6] = { -1, 7, -9, 0.5f, 8, 10 };
+	ck_assert_uint_eq(nb, sizeof want);
+	ck_assert_mem_eq(data, want, sizeof want);
+	/* A key that is not 2-D cannot be read transposed. */
+	r.rest = "conv.weight";
+	ck_assert_int_eq(moe_build(&f.b.c, f.L, &r, &t, 1, f.w, &data, &nb, &f.b.e), -1);
+	tu_err_has(f.b.e.msg, "no 2-D tensor 'model.0.experts.1.conv.weight' of 6 elements");
+	b_free(&f.b);
+}
+END_TEST
+
 /* ---- Conv + BatchNorm folds ---- */
 
 /* Without a conv bias: the bias is beta - mu * g/sqrt(var+eps). */
@@ -532,7 +565,7 @@ START_TEST(refuse_other_structure)
 	}
 	end(&f);
 	ck_assert_int_eq(map(&f), -1);
-	tu_err_has(f.b.e.msg, "has no 'model.0.experts.1.conv.bias' for expert 1");
+	tu_err_has(f.b.e.msg, "has no 'model.0.experts.1.conv.bias' for expert 1 (expert 0 has 'model.0.experts.0.conv.bias'): a damaged or another model's checkpoint, or experts built differently");
 	b_free(&f.b);
 }
 END_TEST
@@ -599,6 +632,7 @@ int main(void)
 	tcase_add_test(tc, by_name);
 	tcase_add_test(tc, name_kept_by_fused_export);
 	tcase_add_test(tc, by_value);
+	tcase_add_test(tc, build_transposed);
 	tcase_add_test(tc, fold_without_conv_bias);
 	tcase_add_test(tc, fold_with_conv_bias);
 	tcase_add_test(tc, fold_eps_best_fit);
