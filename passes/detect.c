@@ -904,6 +904,9 @@ static int agree(Layer *L, const char **dst, const char *v, const char *what, in
 		*dst = v;
 		return 0;
 	}
+	if (!strcmp(what, "inputs")) /* DiversifiedExpertGroup: a depthwise layer per expert before the dispatch */
+		return errf(e, "layer %s: experts read different inputs ('%s'; expert %d: '%s'), each computed before the dispatch by a layer of its own (as DiversifiedExpertGroup's depthwise layers); the layer cannot be repaired safely",
+			    L->scope, *dst, id, v);
 	return errf(e, "layer %s: experts read different %s ('%s'; expert %d: '%s'); set it in experts.yaml",
 		    L->scope, what, *dst, id, v);
 }
