@@ -160,10 +160,14 @@ static int num(J *j, JVal *v)
 
 static JVal *value(J *j, int depth);
 
-static int items(J *j, JVal *v, int depth, int obj)
+/* What becomes of each parsed member or element: put's nonzero return
+ * stops the parse. */
+typedef int (*Put)(J *j, void *ctx, const char *key, JVal *x);
+
+/* The members (obj) or elements of the object or array at j->p. */
+static int items_each(J *j, int depth, int obj, Put put, void *ctx)
 {
 	char close = obj ? '}' : ']';
-	size_t cap = 0;
 	j->p++;
 	ws(j);
 	if (j->p < j->end && *j->p == close) {
@@ -184,18 +188,8 @@ static int items(J *j, JVal *v, int depth, int obj)
 			j->p++;
 		}
 		JVal *x = value(j, depth + 1);
-		if (!x)
+		if (!x || put(j, ctx, k, x))
 			return -1;
-		if (v->n == cap) {
-			size_t nc = cap ? cap * 2 : 4;
-			v->v = arena_grow(j->a, v->v, cap * sizeof *v->v, nc * sizeof *v->v);
-			if (obj)
-				v->key = arena_grow(j->a, v->key, cap * sizeof *v->key, nc * sizeof *v->key);
-			cap = nc;
-		}
-		if (obj)
-			v->key[v->n] = k;
-		v->v[v->n++] = x;
 		ws(j);
 		if (j->p < j->end && *j->p == ',') {
 			j->p++;
@@ -207,6 +201,27 @@ static int items(J *j, JVal *v, int depth, int obj)
 		}
 		return fail(j, obj ? "expected ',' or '}'" : "expected ',' or ']'");
 	}
+}
+
+/* Into the tree: capacity is implicit, 4, then doubled at each power of two. */
+static int append(J *j, void *ctx, const char *key, JVal *x)
+{
+	JVal *v = ctx;
+	if (v->n == 0 || (v->n >= 4 && !(v->n & (v->n - 1)))) {
+		size_t cap = v->n, nc = cap ? cap * 2 : 4;
+		v->v = arena_grow(j->a, v->v, cap * sizeof *v->v, nc * sizeof *v->v);
+		if (key)
+			v->key = arena_grow(j->a, v->key, cap * sizeof *v->key, nc * sizeof *v->key);
+	}
+	if (key)
+		v->key[v->n] = key;
+	v->v[v->n++] = x;
+	return 0;
+}
+
+static int items(J *j, JVal *v, int depth, int obj)
+{
+	return items_each(j, depth, obj, append, v);
 }
 
 static JVal *value(J *j, int depth)
@@ -274,45 +289,33 @@ JVal *json_parse_limited(const char *text, size_t len, size_t maxmem, Arena *a, 
 	return v;
 }
 
+typedef struct {
+	int (*fn)(void *ud, const char *key, const JVal *v, Err *e);
+	void *ud;
+} Each;
+
+/* Hands the member out, then frees it: the next one reuses the memory. */
+static int each(J *j, void *ctx, const char *key, JVal *x)
+{
+	Each *m = ctx;
+	if (m->fn(m->ud, key, x, j->e))
+		return -1;
+	arena_reset(j->a);
+	j->used0 = arena_used(j->a);
+	return 0;
+}
+
 int json_members(const char *text, size_t len, size_t maxmem, Arena *tmp,
 	int (*fn)(void *ud, const char *key, const JVal *v, Err *e), void *ud, Err *e)
 {
-	J j = { text, text + len, text, tmp, e, 0, maxmem };
+	arena_reset(tmp);
+	J j = { text, text + len, text, tmp, e, arena_used(tmp), maxmem };
+	Each m = { fn, ud };
 	ws(&j);
 	if (j.p >= j.end || *j.p != '{')
 		return j.p >= j.end ? fail(&j, "unexpected end of text") : fail(&j, "expected an object");
-	j.p++;
-	ws(&j);
-	if (j.p < j.end && *j.p == '}')
-		j.p++;
-	else
-		for (;;) {
-			arena_reset(tmp);
-			j.used0 = arena_used(tmp);
-			const char *k;
-			if (j.p >= j.end || *j.p != '"')
-				return fail(&j, "expected a string key");
-			if (str(&j, &k))
-				return -1;
-			ws(&j);
-			if (j.p >= j.end || *j.p != ':')
-				return fail(&j, "expected ':' after key");
-			j.p++;
-			JVal *v = value(&j, 1);
-			if (!v || fn(ud, k, v, e))
-				return -1;
-			ws(&j);
-			if (j.p < j.end && *j.p == ',') {
-				j.p++;
-				ws(&j);
-				continue;
-			}
-			if (j.p < j.end && *j.p == '}') {
-				j.p++;
-				break;
-			}
-			return fail(&j, "expected ',' or '}'");
-		}
+	if (items_each(&j, 0, 1, each, &m))
+		return -1;
 	ws(&j);
 	if (j.p != j.end)
 		return fail(&j, "trailing characters after the JSON value");
