@@ -78,10 +78,7 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 		size_t nb;
 		if (moe_build(c, L, r, t, id, w, &data, &nb, e))
 			return NULL;
-		const char *name = r->kind == R_FOLD_W ? arena_printf(c->a, "%s%s:bnfold", pre, r->rest)
-				   : r->kind == R_FOLD_B ? arena_printf(c->a, "%s%s.bias:bnfold", pre, r->bn)
-				   : r->kind == R_TRANS	 ? arena_printf(c->a, "%s%s:T", pre, r->rest)
-							 : arena_printf(c->a, "%s%s", pre, r->rest);
+		const char *name = arena_printf(c->a, "%s%s", pre, moe_recipe_key(c->a, r));
 		Tensor *nt = g_add_init(c, c->g, name, t->data_type, t->dims, t->n_dims, data, nb);
 		over[r->node][r->input] = nt->name;
 	}

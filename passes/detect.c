@@ -465,7 +465,7 @@ static int any_rows(const Graph *g, const Node *z, const char *match)
 		return 0;
 	if (g_is(f, "Reshape")) {
 		int64_t sh[2];
-		if (g_const_ints(g, nin(f, 1), sh, 2) != 2 || sh[1] != -1 || !(sh[0] == 0 || sh[0] == -1 || sh[0] > 0))
+		if (g_const_ints(g, nin(f, 1), sh, 2) != 2 || sh[1] != -1 || sh[0] < -1)
 			return 0;
 	}
 	return strcmp(uncast(g, f->input[0]), match) == 0;

@@ -112,6 +112,10 @@ typedef struct {
 	size_t node, input; /* where the template reads it: node index in the expert, input slot */
 } Recipe;
 
+/* The key suffix (under the expert path) naming what recipe r rebuilds:
+ * the key itself, or marked as folded (:bnfold) or transposed (:T). */
+const char *moe_recipe_key(Arena *a, const Recipe *r);
+
 typedef struct {
 	Recipe *r;
 	size_t n;

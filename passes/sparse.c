@@ -260,10 +260,7 @@ static const char *stack_name(S *s, size_t i, size_t j)
 	const SpecLayer *sp = s->L->spec;
 	const char *pat = sp->expert ? sp->expert : "experts.{i}", *p = strstr(pat, "{i}");
 	if (r && r->kind != R_SHARED && p) {
-		const char *key = r->kind == R_FOLD_W ? arena_printf(s->c->a, "%s:bnfold", r->rest)
-				  : r->kind == R_FOLD_B ? arena_printf(s->c->a, "%s.bias:bnfold", r->bn)
-				  : r->kind == R_TRANS	? arena_printf(s->c->a, "%s:T", r->rest)
-							: r->rest;
+		const char *key = moe_recipe_key(s->c->a, r);
 		return arena_printf(s->c->a, "%s%s%s%.*sstacked%s.%s", sp->prefix ? sp->prefix : "", sp->scope,
 				    *sp->scope ? "." : "", (int)(p - pat), pat, p + 3, key);
 	}

@@ -219,7 +219,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 			errf(e, "no 2-D tensor '%s' of %lld elements in %s", k, (long long)want, s->w->path);
 			return NULL;
 		}
-		int64_t rows = kt->dims[0], cols = kt->dims[1]; /* the key is [cols of the template, rows] */
+		int64_t rows = kt->dims[0], cols = kt->dims[1]; /* the key [rows,cols] is the template [cols,rows] */
 		for (int64_t i = 0; i < cols; i++)
 			for (int64_t j = 0; j < rows; j++)
 				out[i * rows + j] = f[j * cols + i];
@@ -571,6 +571,16 @@ static int named_like(Ctx *c, const Layer *L, const Expert *tpl, const Slot *sl,
 		return 0;
 	m += strlen(ep) + 1;
 	return strncmp(key, m, strlen(m)) == 0 && key[strlen(m)] == '.';
+}
+
+const char *moe_recipe_key(Arena *a, const Recipe *r)
+{
+	switch (r->kind) {
+	case R_FOLD_W: return arena_printf(a, "%s:bnfold", r->rest);
+	case R_FOLD_B: return arena_printf(a, "%s.bias:bnfold", r->bn);
+	case R_TRANS: return arena_printf(a, "%s:T", r->rest);
+	default: return r->rest;
+	}
 }
 
 /* A recipe in words, for messages. */
