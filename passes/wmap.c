@@ -130,7 +130,7 @@ static double tolerance(const Src *s, int dtype)
 		       dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? 1e-3 : 1e-5;
 }
 
-/* Not prefaulted: a strided sample reads 256 values of it. */
+/* Not prefaulted: a sample reads 256 values of it. */
 static const float *key_f32(Src *s, const char *key, int64_t *n)
 {
 	const WTensor *t = wsrc_get(s->w, key);
@@ -271,11 +271,26 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 }
 
 /* Present experts are compared whole, except tensors kept in external
- * data, which are checked on a strided sample (the template always
- * whole): a wrong checkpoint, eps or set of statistics shows in every
- * sample, while reading them whole would make the repair's cost grow with
- * the gigabytes of weights it leaves untouched. */
-enum { SAMPLES = 256 };
+ * data, which are checked on a sample (the template always whole): a
+ * wrong checkpoint, eps or set of statistics shows in every sample, while
+ * reading them whole would make the repair's cost grow with the gigabytes
+ * of weights it leaves untouched. The sample is RUNS runs of RUN
+ * neighbours spread evenly over the tensor: what a sample costs is the
+ * pages it touches on both sides (mapped files, first touch each), and
+ * one value every n/256 touched a page per value. */
+enum { RUNS = 64, RUN = 4, SAMPLES = RUNS * RUN };
+
+/* The sample's m-th index, m < nsamples(n): increasing, all of a small
+ * tensor. */
+static int64_t nsamples(int64_t n)
+{
+	return n < SAMPLES ? n : SAMPLES;
+}
+
+static int64_t sample_at(int64_t n, int64_t m)
+{
+	return n <= SAMPLES ? m : m / RUN * (n / RUNS) + m % RUN;
+}
 
 static int sample_diff(Src *s, const Recipe *r, const char *pre, int64_t n, const float *f, double *d, Err *e)
 {
@@ -295,33 +310,33 @@ static int sample_diff(Src *s, const Recipe *r, const char *pre, int64_t n, cons
 	if (r->kind == R_FOLD_W && (get_bn(s, pre, r->bn, &bn) || bn.n <= 0 || n % bn.n))
 		return errf(e, "no BatchNorm statistics '%s%s' for %lld weights in %s", pre, r->bn, (long long)n,
 			    s->w->path);
-	int64_t step = n > SAMPLES ? n / SAMPLES : 1, per = r->kind == R_FOLD_W ? n / bn.n : 1;
-	float *x = scratch(s, 2 * (SAMPLES + 2)), *y = x + SAMPLES + 2;
-	size_t m = 0;
-	for (int64_t i = 0; i < n && m <= SAMPLES; i += step) {
+	int64_t per = r->kind == R_FOLD_W ? n / bn.n : 1, ns = nsamples(n);
+	float *x = scratch(s, 2 * SAMPLES), *y = x + SAMPLES;
+	for (int64_t m = 0; m < ns; m++) {
+		int64_t i = sample_at(n, m);
 		float v = src[i];
 		if (r->kind == R_FOLD_W) {
 			int64_t o = i / per;
 			v *= (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps));
 		}
 		x[m] = v;
-		y[m++] = f[i];
+		y[m] = f[i];
 	}
-	*d = reldiff(x, y, (int64_t)m);
+	*d = reldiff(x, y, ns);
 	return 0;
 }
 
-/* A strided sample of a against b within tol (relative to b's sample). */
+/* A sample of a against b within tol (relative to b's sample). */
 static int sample_close(const float *a, const float *b, int64_t n, double tol)
 {
-	float x[SAMPLES + 2], y[SAMPLES + 2];
-	int64_t step = n > SAMPLES ? n / SAMPLES : 1;
-	size_t m = 0;
-	for (int64_t i = 0; i < n && m <= SAMPLES; i += step) {
+	float x[SAMPLES], y[SAMPLES];
+	int64_t ns = nsamples(n);
+	for (int64_t m = 0; m < ns; m++) {
+		int64_t i = sample_at(n, m);
 		x[m] = a[i];
-		y[m++] = b[i];
+		y[m] = b[i];
 	}
-	return reldiff(x, y, (int64_t)m) <= tol;
+	return reldiff(x, y, ns) <= tol;
 }
 
 static int ends_with(const char *s, const char *suf)
@@ -349,7 +364,7 @@ static void cand_add(Src *s, Cands *cs, const Recipe *r, double d)
 }
 
 /* How closely recipe r rebuilds f (n elements) for the expert at pre: a
- * strided sample first, since most candidates (other convs, other eps)
+ * sample first, since most candidates (other convs, other eps)
  * fail on it without a full rebuild. Negative when it does not. */
 static double try_recipe(Src *s, const Recipe *r, const char *pre, int64_t n, const float *f, double tol)
 {
@@ -511,7 +526,7 @@ static Slot *const_slots(Ctx *c, const Expert *x, size_t *ns)
 
 /* How closely recipe r rebuilds present expert q's tensor at slot sl:
  * whole, except tensors kept in external data past the template (a
- * strided sample, see SAMPLES). -1 on error (e set). */
+ * sample, see SAMPLES). -1 on error (e set). */
 static int verify(Src *s, const Layer *L, const Expert *tpl, const Expert *q, const Slot *sl, const Recipe *r,
 		  double *d, Err *e)
 {
@@ -970,8 +985,9 @@ int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, 
 
 int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, void *dst, Err *e)
 {
-	Src s = { .c = c, .w = w };
-	map_init(&s.cache, c->a, 8);
+	/* The cache starts empty and unallocated: f32 checkpoints never
+	 * use it, and this runs once per new tensor. */
+	Src s = { .c = c, .w = w, .cache = { .a = c->a } };
 	int64_t n = g_tensor_numel(t);
 	const char *pre = key_prefix(c, L, id);
 	if (fits_template(c, L, r, pre, w, e))
