@@ -7,28 +7,44 @@
 
 #include "moe.h"
 
+/* The next place at or after p where `from` (lf bytes) stands as a whole
+ * segment of name: after a '/' or '.' (or at the start), before a '/',
+ * '.', '_' or the end. */
+static const char *segment(const char *name, const char *p, const char *from, size_t lf)
+{
+	for (; (p = strstr(p, from)); p++) {
+		char after = p[lf];
+		if ((p == name || p[-1] == '/' || p[-1] == '.') && (after == '/' || after == '.' || after == '_' || !after))
+			return p;
+	}
+	return NULL;
+}
+
 /* Every path segment `from` within a name becomes `to`: "experts.1" in
  * /model.11/fused/expert_projections.1/expert_projections.1.0/Conv names
  * the expert at both levels. NULL when the name holds no such segment. */
 static const char *reseg(Ctx *c, const char *name, const char *from, const char *to)
 {
 	size_t lf = strlen(from), lt = strlen(to), ln = strlen(name), n = 0;
-	char *out = arena_alloc(c->a, ln + (ln / (lf ? lf : 1) + 1) * lt + 1);
-	int hits = 0;
-	for (const char *p = name; *p;) {
-		int start = p == name || p[-1] == '/' || p[-1] == '.';
-		char after = p[lf];
-		if (start && lf && strncmp(p, from, lf) == 0 && (after == '/' || after == '.' || after == '_' || !after)) {
-			memcpy(out + n, to, lt);
-			n += lt;
-			p += lf;
-			hits++;
-			continue;
-		}
-		out[n++] = *p++;
+	if (!lf)
+		return NULL;
+	/* Counted first, so the copy is sized exactly: sized for the worst
+	 * case, every cloned name took several times its length. */
+	size_t hits = 0;
+	for (const char *p = name; (p = segment(name, p, from, lf)); p += lf)
+		hits++;
+	if (!hits)
+		return NULL;
+	char *out = arena_alloc_raw(c->a, ln - hits * lf + hits * lt + 1);
+	const char *p = name;
+	for (const char *q; (q = segment(name, p, from, lf)); p = q + lf) {
+		memcpy(out + n, p, (size_t)(q - p));
+		n += (size_t)(q - p);
+		memcpy(out + n, to, lt);
+		n += lt;
 	}
-	out[n] = 0;
-	return hits ? out : NULL;
+	strcpy(out + n, p);
+	return out;
 }
 
 /* What names expert `id` among its siblings in node and value names:

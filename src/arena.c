@@ -266,19 +266,40 @@ char *arena_strdup(Arena *a, const char *s)
 
 char *arena_printf(Arena *a, const char *fmt, ...)
 {
+	/* Names are short: formatted once on the stack, then copied; only a
+	 * longer result is formatted a second time. */
+	char buf[256];
 	va_list ap, aq;
 	va_start(ap, fmt);
 	va_copy(aq, ap);
-	int n = vsnprintf(NULL, 0, fmt, ap);
+	int n = vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
-	char *s = arena_alloc(a, (size_t)n + 1);
-	vsnprintf(s, (size_t)n + 1, fmt, aq);
+	if (n < 0)
+		n = 0, buf[0] = 0;
+	char *s = arena_alloc_raw(a, (size_t)n + 1);
+	if ((size_t)n < sizeof buf)
+		memcpy(s, buf, (size_t)n + 1);
+	else
+		vsnprintf(s, (size_t)n + 1, fmt, aq);
 	va_end(aq);
 	return s;
 }
 
 void *arena_grow(Arena *a, void *p, size_t old, size_t new)
 {
+	/* The last allocation of the head block grows in place: arrays
+	 * grown one element at a time then cost no copies and leave no
+	 * abandoned prefixes behind. */
+	Block *b = a->head;
+	size_t o = (old + ALIGN - 1) & ~(size_t)(ALIGN - 1), nw = (new + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+	if (p && old && new > old && nw >= new && (unsigned char *)p + o == b->data + b->used &&
+	    nw - o <= b->cap - b->used) {
+		if (b->dirty) /* a fresh block's tail is zero already */
+			memset((unsigned char *)p + old, 0, nw - old);
+		b->used += nw - o;
+		a->total += nw - o;
+		return p;
+	}
 	void *q = arena_alloc(a, new);
 	if (p && old)
 		memcpy(q, p, old < new ? old : new);
