@@ -86,16 +86,16 @@ static int rewrite(Ctx *c, Node *n, void *st, Err *e)
 	map_init(&ren, c->a, 8);
 	for (size_t j = 0; j < th->n_node; j++) {
 		Node *k = g_clone_node(c, c->g, th->node[j]);
-		k->name = (char *)g_fresh(c, k->name && *k->name ? k->name : k->op_type);
+		g_set_name(c, k, k->name && *k->name ? k->name : k->op_type);
 		for (size_t q = 0; q < k->n_input; q++) {
 			const char *r = map_get(&ren, k->input[q]);
 			if (r)
-				k->input[q] = (char *)r;
+				g_set_input(c, k, q, r);
 		}
 		if (th->node[j] == gd->sq) {
-			k->output[0] = n->output[0];
+			g_rename_output(c, k, 0, n->output[0]);
 		} else {
-			k->output[0] = (char *)g_fresh(c, k->output[0]);
+			g_rename_output(c, k, 0, g_fresh(c, k->output[0]));
 			map_put(&ren, th->node[j]->output[0], k->output[0]);
 		}
 	}

@@ -171,6 +171,13 @@ static int check_if(const Node *n, const char *nn, Err *e)
 	return 0;
 }
 
+static void mark_seen(Graph *g, const char *name, unsigned tag)
+{
+	Val *v = map_get(&g->val, name);
+	if (v)
+		v->seen = tag;
+}
+
 static int check_graph(K *k, Graph *g, int depth)
 {
 	Ctx *c = k->c;
@@ -187,14 +194,14 @@ static int check_graph(K *k, Graph *g, int depth)
 			if (!has_type(gp->output[i]))
 				return errf(e, "graph output '%s' has no type", gp->output[i]->name);
 	}
-	/* Values available so far in this scope: inputs, initializers, then
-	 * node outputs in order; enclosing scopes are looked up through g. */
-	Map here;
-	map_init(&here, k->a, gp->n_node * 2 + gp->n_initializer + gp->n_input);
+	/* Values available so far in this scope (inputs, initializers, then
+	 * node outputs in order) carry this walk's tag; enclosing scopes'
+	 * values are found by the index. */
+	unsigned tag = ++c->checks;
 	for (size_t i = 0; i < gp->n_input; i++)
-		map_put(&here, gp->input[i]->name, (void *)1);
+		mark_seen(g, gp->input[i]->name, tag);
 	for (size_t i = 0; i < gp->n_initializer; i++)
-		map_put(&here, gp->initializer[i]->name, (void *)1);
+		mark_seen(g, gp->initializer[i]->name, tag);
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
 		const char *nn = nname(n);
@@ -205,35 +212,34 @@ static int check_graph(K *k, Graph *g, int depth)
 			return -1;
 		for (size_t j = 0; j < n->n_input; j++) {
 			const char *in = n->input[j];
-			if (!*in || map_get(&here, in))
+			Val *v = g_input(c, n, j);
+			if (!*in || (v && (v->g != g || v->seen == tag)))
 				continue;
-			int outer = 0;
-			for (Graph *h = g->parent; h && !outer; h = h->parent)
-				outer = map_get(&h->val, in) != NULL;
-			if (outer)
-				continue;
-			Val *v = map_get(&g->val, in);
 			if (v && v->def)
 				return errf(e, "node '%s' reads '%s' before node '%s' produces it (not in topological order)",
 					    nn, in, v->def->name ? v->def->name : v->def->op_type);
 			return errf(e, "node '%s' reads '%s', which nothing defines%s%s", nn, in,
 				    g->parent ? " in subgraph " : "", g->parent ? gname : "");
 		}
-		for (size_t s = 0; s < g->nsub; s++)
-			if (g->sub[s]->owner == n && check_graph(k, g->sub[s], depth + 1))
+		size_t s0, ns = g_subs_of(c, g, n, &s0);
+		for (size_t s = s0; s < s0 + ns; s++)
+			if (check_graph(k, g->sub[s], depth + 1))
 				return -1;
 		for (size_t j = 0; j < n->n_output; j++) {
 			if (!*n->output[j])
 				continue;
-			if (map_get(&here, n->output[j]))
+			Val *v = map_get(&g->val, n->output[j]);
+			if (v && v->seen == tag)
 				return errf(e, "value '%s' is produced twice (second time by node '%s')",
 					    n->output[j], nn);
-			map_put(&here, n->output[j], (void *)1);
+			if (v)
+				v->seen = tag;
 		}
 	}
 	for (size_t i = 0; i < gp->n_output; i++) {
 		const char *o = gp->output[i]->name;
-		if (map_get(&here, o) || (g->parent && g_val(g->parent, o)))
+		Val *v = map_get(&g->val, o);
+		if ((v && v->seen == tag) || (g->parent && g_val(g->parent, o)))
 			continue;
 		return errf(e, "graph output '%s' is not produced by any node", o);
 	}
@@ -558,6 +564,12 @@ static const OpInfo OPS[] = { /* sorted by op_type, for bsearch */
 	{ "Xor", O_LOGIC | O_SAME, { { 0 } } },
 };
 
+static int in_elem(K *k, const Node *n, size_t i)
+{
+	const Val *v = g_input(k->c, n, i);
+	return v && v->ty ? v->ty->elem : 0;
+}
+
 /* Inputs lo..hi (those given) must share one element type; why NULL:
  * "OP needs one element type for its operands". */
 static int same_type(K *k, const Graph *g, const Node *n, size_t lo, size_t hi, const char *why)
@@ -565,7 +577,7 @@ static int same_type(K *k, const Graph *g, const Node *n, size_t lo, size_t hi, 
 	int t0 = 0;
 	size_t i0 = 0;
 	for (size_t i = lo; i <= hi && i < n->n_input; i++) {
-		int t = g_ty_elem(g, n->input[i]);
+		int t = in_elem(k, n, i);
 		if (!t)
 			continue;
 		if (!t0) {
@@ -584,7 +596,7 @@ static int want_type(K *k, const Graph *g, const Node *n, size_t i, int a, int b
 {
 	if (i >= n->n_input || !*n->input[i])
 		return 0;
-	int t = g_ty_elem(g, n->input[i]);
+	int t = in_elem(k, n, i);
 	if (!t || t == a || t == b)
 		return 0;
 	return errf(k->e, "node '%s' (%s): %s '%s' is %s; %s needs %s%s%s there", nname(n), n->op_type, what,

@@ -45,6 +45,11 @@ static void place(Ctx *c, Node *n, Graph *g, size_t pos)
 	if (!k) {
 		k = arena_alloc(c->ia, sizeof *k);
 		pmap_put(&c->node, n, k);
+		k->nin = n->n_input;
+		k->in = arena_alloc(c->ia, (k->nin ? k->nin : 1) * sizeof *k->in);
+	} else if (k->g != g) {
+		/* Moved: its names are now looked up from another scope. */
+		memset(k->in, 0, k->nin * sizeof *k->in);
 	}
 	k->g = g;
 	k->pos = pos;
@@ -59,6 +64,33 @@ Val *g_val(const Graph *g, const char *name)
 			return v;
 	}
 	return NULL;
+}
+
+static Val *in_val(NodeInfo *k, size_t j)
+{
+	const char *name = k->n->input[j];
+	if (!*name)
+		return NULL;
+	if (j < k->nin && k->in[j])
+		return k->in[j];
+	Val *v = g_val(k->g, name);
+	if (j < k->nin)
+		k->in[j] = v;
+	return v;
+}
+
+Val *g_input(const Ctx *c, const Node *n, size_t j)
+{
+	NodeInfo *k = info(c, n);
+	return k && j < n->n_input ? in_val(k, j) : NULL;
+}
+
+/* An input of n changed: its memo is stale. */
+static void forget_input(Ctx *c, const Node *n, size_t j)
+{
+	NodeInfo *k = info(c, n);
+	if (k && j < k->nin)
+		k->in[j] = NULL;
 }
 
 static void add_use(Ctx *c, Val *v, Node *n, Graph *g)
@@ -168,13 +200,12 @@ static int index_graph(Ctx *c, Graph *g, Err *e)
 	}
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
+		NodeInfo *k = info(c, n);
 		for (size_t j = 0; j < n->n_input; j++) {
 			const char *name = n->input[j];
-			if (!*name)
-				continue;
-			Val *v = g_val(g, name);
+			Val *v = in_val(k, j);
 			if (!v)
-				continue; /* undefined: the checker reports it with context */
+				continue; /* empty, or undefined: the checker reports it with context */
 			add_use(c, v, n, g);
 			for (Graph *h = g; h && h != v->g; h = h->parent)
 				add_outer(c, h, name);
@@ -580,19 +611,21 @@ Tensor *g_add_init_i64(Ctx *c, Graph *g, const char *base, const int64_t *v, siz
 			  arena_dup(c->a, v, n * sizeof *v), n * sizeof *v);
 }
 
-static void replace_in(Onnx__GraphProto *gp, const char *from, char *to)
+static void replace_in(Ctx *c, Onnx__GraphProto *gp, const char *from, char *to)
 {
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
 		for (size_t j = 0; j < n->n_input; j++)
-			if (strcmp(n->input[j], from) == 0)
+			if (strcmp(n->input[j], from) == 0) {
 				n->input[j] = to;
+				forget_input(c, n, j);
+			}
 		for (size_t j = 0; j < n->n_attribute; j++) {
 			Onnx__AttributeProto *a = n->attribute[j];
 			if (a->g)
-				replace_in(a->g, from, to);
+				replace_in(c, a->g, from, to);
 			for (size_t k = 0; k < a->n_graphs; k++)
-				replace_in(a->graphs[k], from, to);
+				replace_in(c, a->graphs[k], from, to);
 		}
 	}
 }
@@ -603,12 +636,13 @@ void g_replace_uses(Ctx *c, const char *from, const char *to)
 	 * and the index is rebuilt afterwards anyway. */
 	char *t = arena_strdup(c->a, to);
 	const char *f = arena_strdup(c->a, from);
-	replace_in(c->m->graph, f, t);
+	replace_in(c, c->m->graph, f, t);
 }
 
 void g_set_input(Ctx *c, Node *n, size_t i, const char *name)
 {
 	n->input[i] = arena_strdup(c->a, name);
+	forget_input(c, n, i);
 }
 
 void g_set_name(Ctx *c, Node *n, const char *base)
@@ -688,9 +722,8 @@ int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e)
  * what the walk follows. */
 static void mark_live(Ctx *c, Graph *g);
 
-static void want(Ctx *c, Graph *g, const char *name, Node ***stack, size_t *ns, size_t *cap)
+static void want(Ctx *c, Val *v, Node ***stack, size_t *ns, size_t *cap)
 {
-	Val *v = *name ? g_val(g, name) : NULL;
 	if (!v || v->live)
 		return;
 	v->live = 1;
@@ -710,21 +743,24 @@ static void mark_live(Ctx *c, Graph *g)
 {
 	Node **stack = NULL;
 	size_t ns = 0, cap = 0;
-	for (size_t i = 0; i < g->gp->n_output; i++)
-		want(c, g, g->gp->output[i]->name, &stack, &ns, &cap);
+	for (size_t i = 0; i < g->gp->n_output; i++) {
+		const char *name = g->gp->output[i]->name;
+		want(c, *name ? g_val(g, name) : NULL, &stack, &ns, &cap);
+	}
 	while (ns) {
 		Node *n = stack[--ns];
-		Graph *ng = g_graph_of(c, n);
+		NodeInfo *nk = info(c, n);
+		Graph *ng = nk->g;
 		for (size_t j = 0; j < n->n_input; j++)
-			want(c, ng, n->input[j], &stack, &ns, &cap);
-		size_t k0, nk = g_subs_of(c, ng, n, &k0);
-		for (size_t k = k0; k < k0 + nk; k++) {
+			want(c, in_val(nk, j), &stack, &ns, &cap);
+		size_t k0, nb = g_subs_of(c, ng, n, &k0);
+		for (size_t k = k0; k < k0 + nb; k++) {
 			Graph *s = ng->sub[k];
 			/* Everything a live body reads is live, and the body itself is
 			 * pruned against its own outputs. */
 			mark_live(c, s);
 			for (size_t i = 0; i < s->nouter; i++)
-				want(c, ng, s->outer[i], &stack, &ns, &cap);
+				want(c, g_val(ng, s->outer[i]), &stack, &ns, &cap);
 		}
 	}
 }
@@ -796,10 +832,12 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 		while (sp) {
 			Frame *f = &st[sp - 1];
 			const char *dep = NULL;
+			Val *v = NULL;
 			/* Inputs first, then the outer values read by the node's bodies. */
 			size_t nin = f->n->n_input, k = f->next++;
 			if (k < nin) {
 				dep = f->n->input[k];
+				v = in_val(f->k, k);
 			} else {
 				size_t off = k - nin, seen = 0, s0, ns = g_subs_of(c, g, f->n, &s0);
 				for (size_t s = s0; s < s0 + ns && !dep; s++) {
@@ -813,10 +851,8 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 					sp--;
 					continue;
 				}
+				v = *dep ? map_get(&g->val, dep) : NULL;
 			}
-			if (!*dep)
-				continue;
-			Val *v = map_get(&g->val, dep);
 			NodeInfo *dk = v && v->def ? info(c, v->def) : NULL;
 			if (!dk || dk->g != g || dk->sort == done)
 				continue;

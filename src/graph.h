@@ -27,6 +27,13 @@ typedef struct {
 	int live; /* g_dce's mark */
 	unsigned sort; /* g_toposort's visit state, tagged with Ctx.sorts */
 	Node *n;
+	/* What g_val(g, n->input[j]) gave, j < nin: filled by the index and
+	 * on first use, NULL until then, cleared by the mutation API when an
+	 * input changes. Every walk reads inputs through it (g_input), so a
+	 * node's inputs are looked up by name once per index, not once per
+	 * walk. */
+	struct Val **in;
+	size_t nin;
 } NodeInfo;
 
 typedef struct {
@@ -34,13 +41,14 @@ typedef struct {
 	Graph *g;  /* graph the consumer lives in (may be a subgraph of the value's) */
 } Use;
 
-typedef struct {
+typedef struct Val {
 	const char *name;
 	Node *def;      /* producer, or NULL */
 	Tensor *init;   /* initializer, or NULL */
 	int isin;       /* graph input */
 	int isout;      /* graph output */
 	int live;       /* g_dce's mark */
+	unsigned seen;  /* g_check's mark: defined so far, tagged with Ctx.checks */
 	const Onnx__TensorShapeProto *shape; /* declared (input, output, value_info), or NULL */
 	Graph *g;       /* graph defining it */
 	Use *use;
@@ -75,6 +83,7 @@ typedef struct {
 	Arena *ia;       /* the index (Graph, Val, maps), replaced by each g_reindex */
 	unsigned gen;    /* counts g_reindex calls: results that hold index objects record it */
 	unsigned sorts;  /* g_toposort's calls, two tags each */
+	unsigned checks; /* g_check's scope walks, a tag each */
 	int inferred;    /* g_infer has run on the current index (Val.ty is filled) */
 	/* Reads a tensor kept in external data (the model's mapping of its
 	 * file); set after g_init by whoever loaded the model, NULL: unreadable. */
@@ -89,6 +98,9 @@ void g_fini(Ctx *c);              /* frees the index; the model stays */
 
 /* Value lookup in g, then its enclosing graphs. */
 Val *g_val(const Graph *g, const char *name);
+/* The value input j of node n reads (g_val from n's graph), NULL for an
+ * empty input or an undefined name; n must be in the index. */
+Val *g_input(const Ctx *c, const Node *n, size_t j);
 Graph *g_graph_of(const Ctx *c, const Node *n);
 /* The bodies of node n (an If's two, a Loop's one), which lives in g:
  * *first is their index in g->sub; returns how many. Constant time, so
@@ -118,10 +130,12 @@ int64_t g_tensor_numel(const Tensor *t);
 const void *g_tensor_bytes(Ctx *c, const Tensor *t, size_t *nbytes, Err *e);
 
 /* Mutation API. Names handed in are copied into the arena. The index
- * stays current for producers and positions (g_val(...)->def,
- * g_graph_of, g_pos of every node, new ones included), which is what
- * g_dce and g_toposort read; use lists and shapes are stale until the
- * next g_reindex and g_infer. */
+ * stays current for producers, positions and what inputs read
+ * (g_val(...)->def, g_graph_of, g_pos, g_input of every node, new ones
+ * included), which is what g_dce and g_toposort read; use lists and
+ * shapes are stale until the next g_reindex and g_infer. Inputs and
+ * outputs change only through these functions: a direct write to
+ * n->input would leave g_input reading the old name. */
 const char *g_fresh(Ctx *c, const char *base); /* unique among values and nodes */
 Node *g_add_node(Ctx *c, Graph *g, const char *op, const char *name,
 		 const char *const *in, size_t nin, const char *const *out, size_t nout);

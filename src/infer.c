@@ -2076,8 +2076,8 @@ static void infer_node(W *w, Graph *g, Node *n, Val **out, Graph **subs, size_t 
 {
 	const Ty *fixed[8], **in = n->n_input <= 8 ? fixed : arena_alloc(w->tmp, n->n_input * sizeof *in);
 	for (size_t i = 0; i < n->n_input; i++) {
-		const Ty *t = *n->input[i] ? g_ty(g, n->input[i]) : NULL;
-		in[i] = t ? t : &UNKNOWN;
+		const Val *v = g_input(w->c, n, i);
+		in[i] = v && v->ty ? v->ty : &UNKNOWN;
 	}
 	Cur cur = { in, n->n_input, out, n->n_output };
 	/* Bodies walked by the rules set their nodes' own; this one is back
