@@ -73,7 +73,7 @@ static int match_guard(const Graph *g, const Node *n, Guard *gd)
 static int match(Ctx *c, Node *n, void *st)
 {
 	Guard *gd = st;
-	Val *out = n->n_output ? g_val(c->g, n->output[0]) : NULL;
+	Val *out = n->n_output ? g_output(c, n, 0) : NULL;
 	return out && (out->nuse || out->isout) && match_guard(c->g, n, gd) && g_ty_dim(c->g, gd->t, gd->d) == 1;
 }
 

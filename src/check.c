@@ -228,7 +228,7 @@ static int check_graph(K *k, Graph *g, int depth)
 		for (size_t j = 0; j < n->n_output; j++) {
 			if (!*n->output[j])
 				continue;
-			Val *v = map_get(&g->val, n->output[j]);
+			Val *v = g_output(c, n, j);
 			if (v && v->seen == tag)
 				return errf(e, "value '%s' is produced twice (second time by node '%s')",
 					    n->output[j], nn);

@@ -21,13 +21,12 @@ static Graph *graph_new(Ctx *c, Onnx__GraphProto *gp, Graph *parent, Node *owner
 
 static Val *def_val(Ctx *c, Graph *g, const char *name, Err *e)
 {
-	Val *v = map_get(&g->val, name);
-	if (v)
-		return v;
-	v = arena_alloc(c->ia, sizeof *v);
+	Val **r = (Val **)map_ref(&g->val, name);
+	if (*r)
+		return *r;
+	Val *v = *r = arena_alloc(c->ia, sizeof *v);
 	v->name = name;
 	v->g = g;
-	map_put(&g->val, name, v);
 	if (!c->named)
 		map_put(&c->names, name, (void *)1);
 	return v;
@@ -39,21 +38,34 @@ static NodeInfo *info(const Ctx *c, const Node *n)
 }
 
 /* Records where n is, in the index (new nodes included). */
-static void place(Ctx *c, Node *n, Graph *g, size_t pos)
+static NodeInfo *place(Ctx *c, Node *n, Graph *g, size_t pos)
 {
-	NodeInfo *k = info(c, n);
+	NodeInfo **r = (NodeInfo **)pmap_ref(&c->node, n), *k = *r;
 	if (!k) {
-		k = arena_alloc(c->ia, sizeof *k);
-		pmap_put(&c->node, n, k);
+		k = *r = arena_alloc(c->ia, sizeof *k);
 		k->nin = n->n_input;
-		k->in = arena_alloc(c->ia, (k->nin ? k->nin : 1) * sizeof *k->in);
+		k->nout = n->n_output;
+		k->in = arena_alloc(c->ia, (k->nin + k->nout + 1) * sizeof *k->in);
+		k->out = k->in + k->nin;
 	} else if (k->g != g) {
 		/* Moved: its names are now looked up from another scope. */
-		memset(k->in, 0, k->nin * sizeof *k->in);
+		memset(k->in, 0, (k->nin + k->nout) * sizeof *k->in);
 	}
 	k->g = g;
 	k->pos = pos;
 	k->n = n;
+	return k;
+}
+
+/* n (placed in g) produces its output j from now on. */
+static Val *set_def(Ctx *c, Graph *g, Node *n, size_t j, Err *e)
+{
+	Val *v = def_val(c, g, n->output[j], e);
+	v->def = n;
+	NodeInfo *k = info(c, n);
+	if (k && j < k->nout)
+		k->out[j] = v;
+	return v;
 }
 
 Val *g_val(const Graph *g, const char *name)
@@ -83,6 +95,19 @@ Val *g_input(const Ctx *c, const Node *n, size_t j)
 {
 	NodeInfo *k = info(c, n);
 	return k && j < n->n_input ? in_val(k, j) : NULL;
+}
+
+Val *g_output(const Ctx *c, const Node *n, size_t j)
+{
+	NodeInfo *k = info(c, n);
+	if (!k || j >= n->n_output || !*n->output[j])
+		return NULL;
+	if (j < k->nout && k->out[j])
+		return k->out[j];
+	Val *v = map_get(&k->g->val, n->output[j]);
+	if (j < k->nout)
+		k->out[j] = v;
+	return v;
 }
 
 /* An input of n changed: its memo is stale. */
@@ -142,7 +167,7 @@ static int define_graph(Ctx *c, Graph *g, Err *e)
 	}
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
-		place(c, n, g, i);
+		NodeInfo *k = place(c, n, g, i);
 		if (n->name && *n->name && !c->named)
 			map_put(&c->names, n->name, (void *)1);
 		for (size_t j = 0; j < n->n_output; j++) {
@@ -154,6 +179,7 @@ static int define_graph(Ctx *c, Graph *g, Err *e)
 					    v->name, n->name ? n->name : "", v->def ? "node" : "initializer",
 					    v->def ? (v->def->name ? v->def->name : "") : v->name);
 			v->def = n;
+			k->out[j] = v;
 		}
 	}
 	for (size_t i = 0; i < gp->n_output; i++)
@@ -516,7 +542,7 @@ Node *g_add_node(Ctx *c, Graph *g, const char *op, const char *name,
 	push_node(c, g, n);
 	for (size_t j = 0; j < nout; j++)
 		if (*n->output[j])
-			def_val(c, g, n->output[j], NULL)->def = n;
+			set_def(c, g, n, j, NULL);
 	return n;
 }
 
@@ -657,8 +683,11 @@ void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to)
 	if (old && old->def == n)
 		old->def = NULL;
 	n->output[idx] = arena_strdup(c->a, to);
+	NodeInfo *k = info(c, n);
+	if (k && idx < k->nout)
+		k->out[idx] = NULL;
 	if (g && *to)
-		def_val(c, g, n->output[idx], NULL)->def = n;
+		set_def(c, g, n, idx, NULL);
 }
 
 void g_move_node(Ctx *c, Node *n, Graph *to)
@@ -675,7 +704,7 @@ void g_move_node(Ctx *c, Node *n, Graph *to)
 	push_node(c, to, n);
 	for (size_t j = 0; j < n->n_output; j++)
 		if (*n->output[j])
-			def_val(c, to, n->output[j], NULL)->def = n;
+			set_def(c, to, n, j, NULL);
 }
 
 /* ---- pattern rewriting ---- */

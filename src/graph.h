@@ -34,6 +34,9 @@ typedef struct {
 	 * walk. */
 	struct Val **in;
 	size_t nin;
+	/* The same for outputs: the Val of n->output[j] in g. */
+	struct Val **out;
+	size_t nout;
 } NodeInfo;
 
 typedef struct {
@@ -101,6 +104,9 @@ Val *g_val(const Graph *g, const char *name);
 /* The value input j of node n reads (g_val from n's graph), NULL for an
  * empty input or an undefined name; n must be in the index. */
 Val *g_input(const Ctx *c, const Node *n, size_t j);
+/* The value of output j's name in n's graph (its producer is n unless the
+ * model is malformed), NULL for an empty output. */
+Val *g_output(const Ctx *c, const Node *n, size_t j);
 Graph *g_graph_of(const Ctx *c, const Node *n);
 /* The bodies of node n (an If's two, a Loop's one), which lives in g:
  * *first is their index in g->sub; returns how many. Constant time, so

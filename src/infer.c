@@ -2190,8 +2190,8 @@ static void run(W *w, Graph *g)
 		for (size_t i = 0; i < n; i++) {
 			Node *nd = gp->node[i];
 			for (size_t j = 0; j < nd->n_output; j++) {
-				Val *v = *nd->output[j] ? map_get(&g->val, nd->output[j]) : NULL;
-				ov[off[i] + j] = v && v->def == nd ? v : NULL;
+				Val *v = g_output(w->c, nd, j);
+				ov[off[i] + j] = v && v->def == nd && v->g == g ? v : NULL;
 			}
 		}
 		uint32_t *deg = arena_alloc(w->tmp, n * sizeof *deg);

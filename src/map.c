@@ -73,7 +73,8 @@ static void *get(const Map *m, const void *key)
 	return s->key ? s->val : NULL;
 }
 
-static void *put(Map *m, const void *key, void *val)
+/* The slot of key, claimed for it when absent (value NULL). */
+static MapSlot *claim(Map *m, const void *key)
 {
 	if (!m->cap) /* zero-initialised with only .a set: start small */
 		init(m, m->a, 8, m->byptr);
@@ -88,12 +89,19 @@ static void *put(Map *m, const void *key, void *val)
 	}
 	uint64_t h = hash(m, key);
 	MapSlot *s = find_h(m, key, h);
-	void *prev = s->key ? s->val : NULL;
 	if (!s->key) {
 		s->key = key;
 		s->hash = h;
+		s->val = NULL;
 		m->len++;
 	}
+	return s;
+}
+
+static void *put(Map *m, const void *key, void *val)
+{
+	MapSlot *s = claim(m, key);
+	void *prev = s->val;
 	s->val = val;
 	return prev;
 }
@@ -101,6 +109,7 @@ static void *put(Map *m, const void *key, void *val)
 void map_init(Map *m, Arena *a, size_t hint) { init(m, a, hint, 0); }
 void *map_get(const Map *m, const char *key) { return get(m, key); }
 void *map_put(Map *m, const char *key, void *val) { return put(m, key, val); }
+void **map_ref(Map *m, const char *key) { return &claim(m, key)->val; }
 void pmap_init(PMap *m, Arena *a, size_t hint) { init(m, a, hint, 1); }
 void *pmap_get(const PMap *m, const void *key) { return get(m, key); }
 void pmap_put(PMap *m, const void *key, void *val)
@@ -108,4 +117,11 @@ void pmap_put(PMap *m, const void *key, void *val)
 	if (!m->cap)
 		m->byptr = 1;
 	put(m, key, val);
+}
+
+void **pmap_ref(PMap *m, const void *key)
+{
+	if (!m->cap)
+		m->byptr = 1;
+	return &claim(m, key)->val;
 }

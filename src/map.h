@@ -28,11 +28,15 @@ void map_init(Map *m, Arena *a, size_t hint);
 void *map_get(const Map *m, const char *key);
 /* Inserts or replaces; returns the previous value (NULL when new). */
 void *map_put(Map *m, const char *key, void *val);
+/* The value slot of key, inserted holding NULL when absent: a get and a
+ * put in one probe. The slot is valid until the next insertion. */
+void **map_ref(Map *m, const char *key);
 uint64_t map_hash(const char *s);
 
 void pmap_init(PMap *m, Arena *a, size_t hint);
 void *pmap_get(const PMap *m, const void *key);
 void pmap_put(PMap *m, const void *key, void *val);
+void **pmap_ref(PMap *m, const void *key);
 
 /* Iterate: for (size_t i = 0; i < m.cap; i++) if (m.slot[i].key) ... */
 
