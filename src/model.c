@@ -736,9 +736,92 @@ static int ext_portable(const Model *md, const char *out, Err *e)
 	return rc;
 }
 
+/* The model and graph levels are packed here, each node sized once:
+ * protobuf-c sizes a submessage for its length prefix and again inside
+ * its parent's pack, so a node was sized once per level above it and once
+ * more for the 2 GiB check, four times, and its attributes five (a tenth
+ * of a graph-heavy repair). Fields go out in field-number order, as
+ * protobuf-c and every protobuf writer put them: the bytes are the same. */
+typedef struct {
+	Onnx__ModelProto head, tail; /* the model's fields before and after graph (7) */
+	Onnx__GraphProto rest;       /* the graph's fields after node (1) */
+	size_t *node;                /* each node's packed size */
+	size_t graph, total;
+} Plan;
+
+static size_t varint_len(size_t v)
+{
+	size_t n = 1;
+	for (; v >= 0x80; v >>= 7)
+		n++;
+	return n;
+}
+
+static void put_varint(ProtobufCBuffer *b, size_t v)
+{
+	uint8_t buf[10];
+	size_t n = 0;
+	for (; v >= 0x80; v >>= 7)
+		buf[n++] = (uint8_t)(v | 0x80);
+	buf[n++] = (uint8_t)v;
+	b->append(b, n, buf);
+}
+
+static void plan(const Model *md, Plan *p)
+{
+	const Onnx__ModelProto *m = md->m;
+	const Onnx__GraphProto *g = m->graph;
+	p->head = p->tail = *m;
+	p->head.graph = NULL;
+	p->head.n_opset_import = p->head.n_metadata_props = p->head.n_training_info = p->head.n_functions = 0;
+	p->head.base.n_unknown_fields = 0; /* packed after every known field: the tail's */
+	p->tail.has_ir_version = p->tail.has_model_version = 0;
+	p->tail.producer_name = p->tail.producer_version = p->tail.domain = p->tail.doc_string = NULL;
+	p->tail.graph = NULL;
+	p->total = protobuf_c_message_get_packed_size(&p->head.base) + protobuf_c_message_get_packed_size(&p->tail.base);
+	if (!g)
+		return;
+	p->rest = *g;
+	p->rest.n_node = 0;
+	p->node = arena_alloc(md->a, (g->n_node + 1) * sizeof *p->node);
+	p->graph = protobuf_c_message_get_packed_size(&p->rest.base);
+	for (size_t i = 0; i < g->n_node; i++) {
+		p->node[i] = protobuf_c_message_get_packed_size(&g->node[i]->base);
+		p->graph += 1 + varint_len(p->node[i]) + p->node[i];
+	}
+	p->total += 1 + varint_len(p->graph) + p->graph;
+}
+
+static void pack(const Model *md, const Plan *p, ProtobufCBuffer *b)
+{
+	const Onnx__GraphProto *g = md->m->graph;
+	protobuf_c_message_pack_to_buffer(&p->head.base, b);
+	if (g) {
+		static const uint8_t graph_tag = 7 << 3 | 2, node_tag = 1 << 3 | 2;
+		b->append(b, 1, &graph_tag);
+		put_varint(b, p->graph);
+		for (size_t i = 0; i < g->n_node; i++) {
+			b->append(b, 1, &node_tag);
+			put_varint(b, p->node[i]);
+			protobuf_c_message_pack_to_buffer(&g->node[i]->base, b);
+		}
+		protobuf_c_message_pack_to_buffer(&p->rest.base, b);
+	}
+	protobuf_c_message_pack_to_buffer(&p->tail.base, b);
+}
+
+static int save_planned(const Model *md, const Plan *p, const char *out, int flags, Err *e);
+
 int model_save(const Model *md, const char *out, int flags, Err *e)
 {
-	size_t n = protobuf_c_message_get_packed_size(&md->m->base);
+	Plan p;
+	plan(md, &p);
+	return save_planned(md, &p, out, flags, e);
+}
+
+static int save_planned(const Model *md, const Plan *p, const char *out, int flags, Err *e)
+{
+	size_t n = p->total;
 	if (n > INT32_MAX)
 		return errf(e, "%s: the model packs to %zu bytes, which exceeds the 2 GiB protobuf limit; use --external-data FILE",
 		            out, n);
@@ -766,7 +849,7 @@ int model_save(const Model *md, const char *out, int flags, Err *e)
 	f.nosync = !!(flags & SAVE_NO_SYNC);
 	Sink s = { .base.append = sink_append, .f = &f, .pg = md->progress,
 		   .what = arena_printf(md->a, "writing %s", out), .total = n };
-	protobuf_c_message_pack_to_buffer(&md->m->base, &s.base);
+	pack(md, p, &s.base);
 	if (!f.err && f.written != n) {
 		afile_abort(&f);
 		return errf(e, "%s: packed %llu bytes, expected %zu; nothing written", out, f.written, n);
@@ -802,8 +885,10 @@ int model_save_as(Model *md, const char *out, const char *data, int flags, Err *
 {
 	Onnx__GraphProto *g = md->m->graph;
 	if (!data) {
-		if (protobuf_c_message_get_packed_size(&md->m->base) <= INT32_MAX)
-			return model_save(md, out, flags, e);
+		Plan p;
+		plan(md, &p);
+		if (p.total <= INT32_MAX)
+			return save_planned(md, &p, out, flags, e);
 		if (!strcmp(out, "-"))
 			return errf(e, "-: the model packs past the 2 GiB protobuf limit, so its weights need an external data file, which standard output cannot have; write to a file");
 		data = arena_printf(md->a, "%s.data", base_name(out));
