@@ -20,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	WSrc *w = wsrc_open(open, NULL, a, &e);
 	if (w) {
 		for (size_t i = 0; i < w->n; i++) {
-			const WTensor *t = &w->t[i];
+			const WTensor *t = w->t[i];
 			if (wsrc_get(w, t->name) != t)
 				abort(); /* the index must point at the tensor */
 			int64_t nb = wt_nbytes(t);

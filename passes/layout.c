@@ -36,7 +36,7 @@ static int by_names(Ctx *c, const Layer *L, SpecLayer *sl, WSrc *w, Err *why)
 	const char **tried = arena_alloc(c->a, (w->n + 1) * sizeof *tried);
 	size_t nt = 0;
 	for (size_t i = 0; i < w->n; i++) {
-		const char *k = w->t[i].name, *p = k;
+		const char *k = w->t[i]->name, *p = k;
 		/* want at the start of k, or after a dot */
 		for (; (p = strstr(p, want)); p++)
 			if (p == k || p[-1] == '.')
@@ -79,7 +79,7 @@ static int by_values(Ctx *c, const Layer *L, SpecLayer *sl, WSrc *w, Err *why, E
 	snprintf(id, sizeof id, ".%d.", x->id);
 	const char *found = NULL;
 	for (size_t i = 0; i < w->n; i++) {
-		const WTensor *k = &w->t[i];
+		const WTensor *k = w->t[i];
 		if (wt_numel(k) != best)
 			continue;
 		/* each ".<id>." in the key: the expert path ends before its dot */

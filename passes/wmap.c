@@ -478,8 +478,8 @@ static const char *keys_under(Ctx *c, WSrc *w, const char *pre)
 	size_t lp = strlen(pre), len = 0, shown = 0;
 	char *buf = arena_alloc(c->a, 512);
 	for (size_t i = 0; i < w->n && len < 400; i++)
-		if (strncmp(w->t[i].name, pre, lp) == 0) {
-			len += (size_t)snprintf(buf + len, 512 - len, "%s%s", shown++ ? ", " : "", w->t[i].name + lp);
+		if (strncmp(w->t[i]->name, pre, lp) == 0) {
+			len += (size_t)snprintf(buf + len, 512 - len, "%s%s", shown++ ? ", " : "", w->t[i]->name + lp);
 		}
 	if (!shown)
 		return "none";

@@ -73,35 +73,35 @@ void wsrc_drop(WSrc *w)
 
 static int by_name(const void *a, const void *b, void *w)
 {
-	const WTensor *t = ((const WSrc *)w)->t;
-	return strcmp(t[*(const size_t *)a].name, t[*(const size_t *)b].name);
+	(void)w;
+	return strcmp((*(WTensor *const *)a)->name, (*(WTensor *const *)b)->name);
 }
 
 void wsrc_range(WSrc *w, const char *prefix, size_t *lo, size_t *hi)
 {
 	if (!w->order) {
 		w->order = arena_alloc(w->a, (w->n + 1) * sizeof *w->order);
-		for (size_t i = 0; i < w->n; i++)
-			w->order[i] = i;
+		if (w->n)
+			memcpy(w->order, w->t, w->n * sizeof *w->order);
 		qsort_r(w->order, w->n, sizeof *w->order, by_name, w);
 	}
 	size_t lp = strlen(prefix), a = 0, b = w->n;
 	while (a < b) { /* first key >= prefix */
 		size_t m = a + (b - a) / 2;
-		if (strcmp(w->t[w->order[m]].name, prefix) < 0)
+		if (strcmp(w->order[m]->name, prefix) < 0)
 			a = m + 1;
 		else
 			b = m;
 	}
 	*lo = a;
-	while (a < w->n && strncmp(w->t[w->order[a]].name, prefix, lp) == 0)
+	while (a < w->n && strncmp(w->order[a]->name, prefix, lp) == 0)
 		a++;
 	*hi = a;
 }
 
 const WTensor *wsrc_sorted(const WSrc *w, size_t i)
 {
-	return &w->t[w->order[i]];
+	return w->order[i];
 }
 
 int wsrc_attr(const WSrc *w, const char *name, double *v)
@@ -114,21 +114,19 @@ int wsrc_attr(const WSrc *w, const char *name, double *v)
 
 const WTensor *wsrc_get(const WSrc *w, const char *name)
 {
-	uintptr_t i = (uintptr_t)map_get(&w->byname, name);
-	return i ? &w->t[i - 1] : NULL;
+	return map_get(&w->byname, name);
 }
 
 int wsrc_add(WSrc *w, const WTensor *t, Err *e)
 {
-	if (map_get(&w->byname, t->name))
+	WTensor **slot = (WTensor **)map_ref(&w->byname, t->name);
+	if (*slot)
 		return errf(e, "tensor '%s' appears twice", t->name);
+	*slot = arena_dup(w->a, t, sizeof *t);
 	/* Capacity is implicit: 16, then doubled each time n reaches a power of two. */
 	if (w->n == 0 || (w->n >= 16 && !(w->n & (w->n - 1))))
 		w->t = arena_grow(w->a, w->t, w->n * sizeof *w->t, (w->n ? 2 * w->n : 16) * sizeof *w->t);
-	w->t[w->n] = *t;
-	/* The map points into w->t, which moves when it grows: store indices. */
-	w->n++;
-	map_put(&w->byname, w->t[w->n - 1].name, (void *)(uintptr_t)w->n);
+	w->t[w->n++] = *slot;
 	return 0;
 }
 
@@ -179,8 +177,8 @@ int wsrc_missing(const WSrc *w, const char *key, const char *under, Err *e)
 	if (!found)
 		return errf(e, "%s: no tensor '%s'", w->path, key);
 	for (size_t i = 0; i < w->n; i++)
-		if (strncmp(w->t[i].name, under, ul) == 0)
-			found[k++] = w->t[i].name + ul;
+		if (strncmp(w->t[i]->name, under, ul) == 0)
+			found[k++] = w->t[i]->name + ul;
 	qsort(found, k, sizeof *found, cmpstr);
 	char list[600];
 	size_t n = 0;

@@ -32,11 +32,13 @@ typedef struct {
 
 typedef struct {
 	const char *path;
-	WTensor *t;
+	/* Each tensor allocated on its own: a checkpoint of 80 000 small
+	 * tensors grew one array of them by doubling, copies and all. */
+	WTensor **t;
 	size_t n;
-	Map byname;      /* name -> (void *)(index + 1) into t, which moves as it grows */
+	Map byname;      /* name -> WTensor * */
 	Map attr;       /* "module.eps" -> double *: scalar attributes of pickled modules */
-	size_t *order;  /* indices into t by name, for wsrc_range; NULL until asked */
+	WTensor **order; /* t by name, for wsrc_range; NULL until asked */
 	WMapping *maps; /* unmapped by wsrc_close */
 	size_t nmaps;
 	Arena *a;

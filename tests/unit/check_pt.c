@@ -70,7 +70,7 @@ static WSrc *check_against(Arena *a, const char *file, const char *key, const ch
 		size_t off = strtoull(p, &p, 10), nb = strtoull(p, &p, 10);
 		ck_assert_uint_le(off + nb, blen);
 		ck_assert_msg(i < w->n, "%s: %zu tensors read, reference has more (%s)", file, w->n, name);
-		const WTensor *t = &w->t[i];
+		const WTensor *t = w->t[i];
 		ck_assert_msg(strcmp(t->name, name) == 0, "%s: tensor %zu is '%s', expected '%s'",
 			file, i, t->name, name);
 		ck_assert_ptr_eq(wsrc_get(w, name), t);
@@ -92,7 +92,7 @@ START_TEST(fp32_state_dict)
 	WSrc *w = check_against(a, "sd_fp32", NULL, "sd_fp32");
 	/* contiguous tensors are read in place */
 	for (size_t i = 0; i < w->n; i++)
-		ck_assert_msg(inmap(w, w->t[i].data), "'%s' was copied", w->t[i].name);
+		ck_assert_msg(inmap(w, w->t[i]->data), "'%s' was copied", w->t[i]->name);
 	wsrc_close(w);
 	arena_free(a);
 }
@@ -349,7 +349,7 @@ START_TEST(corpus_matches_safetensors)
 		ck_assert_msg(ws, "%s", e.msg);
 		ck_assert_uint_eq(wp->n, ws->n);
 		for (size_t i = 0; i < ws->n; i++) {
-			const WTensor *s = &ws->t[i], *p = wsrc_get(wp, s->name);
+			const WTensor *s = ws->t[i], *p = wsrc_get(wp, s->name);
 			ck_assert_msg(p, "%s: '%s' missing", pt, s->name);
 			ck_assert_int_eq(p->dtype, s->dtype);
 			ck_assert_int_eq(p->ndim, s->ndim);

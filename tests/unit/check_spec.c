@@ -389,7 +389,7 @@ START_TEST(spec_corpus)
 				const char *under = arena_printf(a, "%s%s.%s.", l->prefix, l->scope, spec_expert_path(a, l, i));
 				size_t n = 0;
 				for (size_t k = 0; k < w->n; k++)
-					n += strncmp(w->t[k].name, under, strlen(under)) == 0;
+					n += strncmp(w->t[k]->name, under, strlen(under)) == 0;
 				if (i < l->experts)
 					ck_assert_msg(n > 0, "%s: no key under %s", g.gl_pathv[c], under);
 				else
