@@ -497,11 +497,12 @@ const char *g_fresh(Ctx *c, const char *base)
 	 * search short when one base is asked for many times. */
 	if (!c->fresh.a)
 		map_init(&c->fresh, c->a, 64);
-	size_t k = (size_t)(uintptr_t)map_get(&c->fresh, base);
+	size_t k = (size_t)(uintptr_t)map_get(&c->fresh, base), known = k;
 	for (;;) {
 		const char *s = arena_printf(c->a, "%s_%zu", base, ++k);
 		if (!map_get(&c->names, s)) {
-			map_put(&c->fresh, arena_strdup(c->a, base), (void *)(uintptr_t)k);
+			/* A base seen before keeps its key; only a new one is copied. */
+			map_put(&c->fresh, known ? base : arena_strdup(c->a, base), (void *)(uintptr_t)k);
 			map_put(&c->names, s, (void *)s);
 			return s;
 		}
