@@ -767,6 +767,17 @@ static int same_structure(Src *s, const Layer *L, const Expert *tpl, Err *e)
 		const char *p = key_prefix(c, L, id);
 		size_t lo, hi;
 		wsrc_range(s->w, p, &lo, &hi);
+		/* Each range is sorted by what follows its prefix, so experts
+		 * built alike pair up key by key: checked in one sweep, and the
+		 * search below only finds what differs. */
+		size_t ltp = strlen(tp), lp = strlen(p), same = hi - lo == thi - tlo;
+		for (size_t i = 0; same && i < thi - tlo; i++) {
+			const WTensor *a = wsrc_sorted(s->w, tlo + i), *b = wsrc_sorted(s->w, lo + i);
+			same = !strcmp(a->name + ltp, b->name + lp) && a->ndim == b->ndim &&
+			       !memcmp(a->dims, b->dims, (size_t)a->ndim * sizeof *a->dims);
+		}
+		if (same)
+			continue;
 		const char *odd = NULL;
 		for (size_t i = tlo; i < thi && !odd; i++) {
 			const WTensor *a = wsrc_sorted(s->w, i);
