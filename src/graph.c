@@ -15,7 +15,9 @@ static Graph *graph_new(Ctx *c, Onnx__GraphProto *gp, Graph *parent, Node *owner
 	g->owner = owner;
 	g->capnode = gp->n_node;
 	g->capinit = gp->n_initializer;
-	map_init(&g->val, c->ia, gp->n_node * 2 + gp->n_initializer + gp->n_input);
+	/* About one value per node output, initializer and graph input: the
+	 * map starts at most half full, and grows if nodes have more. */
+	map_init(&g->val, c->ia, gp->n_node + gp->n_initializer + gp->n_input + gp->n_output);
 	return g;
 }
 

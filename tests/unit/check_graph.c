@@ -123,6 +123,39 @@ START_TEST(dce_keeps_outputs_and_drops_unread_initializers)
 }
 END_TEST
 
+/* Walks read inputs through the index's memo of them (g_input): every
+ * mutation that changes an input must show there at once, or dead-node
+ * elimination would keep what nothing reads any more. */
+START_TEST(inputs_follow_mutations)
+{
+	T t;
+	mk(&t);
+	Node *a = add(&t, "Relu", "a", "x", NULL, "a_out");
+	Node *b = add(&t, "Relu", "b", "x", NULL, "b_out");
+	Node *s = add(&t, "Add", "s", "a_out", "b_out", "y");
+	g_reindex(&t.c, &t.e);
+	ck_assert_ptr_eq(g_input(&t.c, s, 0)->def, a);
+	ck_assert_ptr_eq(g_output(&t.c, s, 0), g_val(t.c.g, "y"));
+	g_set_input(&t.c, s, 0, "b_out");
+	ck_assert_ptr_eq(g_input(&t.c, s, 0)->def, b);
+	ck_assert_uint_eq(g_dce(&t.c), 1);
+	ck_assert_str_eq(names(&t), "b s");
+	g_reindex(&t.c, &t.e);
+	ck_assert_ptr_eq(g_input(&t.c, s, 1)->def, b);
+	g_replace_uses(&t.c, "b_out", "x");
+	ck_assert(g_input(&t.c, s, 0)->isin && g_input(&t.c, s, 1)->isin);
+	ck_assert_uint_eq(g_dce(&t.c), 1);
+	ck_assert_str_eq(names(&t), "s");
+	/* A renamed output is the new name's, at once. */
+	g_rename_output(&t.c, s, 0, "y2");
+	ck_assert_ptr_eq(g_output(&t.c, s, 0), g_val(t.c.g, "y2"));
+	ck_assert_ptr_eq(g_val(t.c.g, "y2")->def, s);
+	ck_assert_ptr_null(g_val(t.c.g, "y")->def);
+	g_fini(&t.c);
+	arena_free(t.a);
+}
+END_TEST
+
 START_TEST(toposort_is_stable)
 {
 	T t;
@@ -246,6 +279,7 @@ int main(void)
 	TCase *tc = tcase_create("graph");
 	tcase_add_test(tc, fresh_names_are_unique);
 	tcase_add_test(tc, dce_keeps_outputs_and_drops_unread_initializers);
+	tcase_add_test(tc, inputs_follow_mutations);
 	tcase_add_test(tc, toposort_is_stable);
 	tcase_add_test(tc, cycle_is_reported);
 	tcase_add_test(tc, two_producers_and_undefined_inputs);
