@@ -74,6 +74,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 met() { if le "$1" "$2"; then echo "met"; else echo "missed ($(ratio "$1" "$2")x the target)"; fi; }
 bytes() { cat "$@" | wc -c; }
+# settle: each section starts with no write-back pending from the one
+# before (gigabytes of outputs), which would land in its timings.
+settle() { sync; }
 
 TAB=$T/table.md
 host="$(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(findmnt -no FSTYPE -T "$OUT") under bench/out"
@@ -129,6 +132,7 @@ or=$(med ours 2) pr=$(med py 2) cr=$(med cp 2) sr=$(med cpsync 2)
 rm -f "$B/py.onnx" "$B/cp.onnx"
 
 # --- external data, > 2 GiB --------------------------------------------------
+settle
 X=$OUT/external
 gen "$X" --layers 80 --channels 256 --experts 16 --top-k 2 --missing 2 --external
 rm -f "$X/out.onnx" "$X/out.onnx.data"
@@ -173,6 +177,7 @@ xw=$(med xours 1) xp=$(med xpy 1) xcw=$(med xcpw 1) xca=$(med xcpa 1)
 rm -rf "$X/py" "$X/cp" "$X/ref"
 
 # --- graph-heavy: many layers of tiny experts --------------------------------
+settle
 # The graph is the work here (weights are a few MB): the fixed cost per node
 # and whether it stays linear in the graph.
 {
@@ -212,6 +217,7 @@ done
 } >>"$TAB"
 
 # --- linear scaling ------------------------------------------------------------
+settle
 {
 	echo "**Scaling** (C=128, top-2, all but 2 experts missing per layer): time per layer x expert stays flat."
 	echo
@@ -234,6 +240,7 @@ done
 echo >>"$TAB"
 
 # --- ONNX Runtime latency: repaired vs dense -------------------------------------
+settle
 {
 	echo "**ONNX Runtime latency**, repaired vs the dense export (CPU, 1 thread, median of 500 interleaved runs):"
 	echo
