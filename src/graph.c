@@ -59,15 +59,13 @@ static NodeInfo *place(Ctx *c, Node *n, Graph *g, size_t pos)
 	return k;
 }
 
-/* n (placed in g) produces its output j from now on. */
-static Val *set_def(Ctx *c, Graph *g, Node *n, size_t j, Err *e)
+/* k's node (placed in k->g) produces its output j from now on. */
+static void set_def(Ctx *c, NodeInfo *k, size_t j)
 {
-	Val *v = def_val(c, g, n->output[j], e);
-	v->def = n;
-	NodeInfo *k = info(c, n);
-	if (k && j < k->nout)
+	Val *v = def_val(c, k->g, k->n->output[j], NULL);
+	v->def = k->n;
+	if (j < k->nout)
 		k->out[j] = v;
-	return v;
 }
 
 Val *g_val(const Graph *g, const char *name)
@@ -511,7 +509,7 @@ const char *g_fresh(Ctx *c, const char *base)
 	}
 }
 
-static void push_node(Ctx *c, Graph *g, Node *n)
+static NodeInfo *push_node(Ctx *c, Graph *g, Node *n)
 {
 	Onnx__GraphProto *gp = g->gp;
 	if (gp->n_node == g->capnode) {
@@ -520,7 +518,7 @@ static void push_node(Ctx *c, Graph *g, Node *n)
 		g->capnode = cap;
 	}
 	gp->node[gp->n_node++] = n;
-	place(c, n, g, gp->n_node - 1);
+	return place(c, n, g, gp->n_node - 1);
 }
 
 static char **dup_strv(Ctx *c, const char *const *v, size_t n)
@@ -542,10 +540,10 @@ Node *g_add_node(Ctx *c, Graph *g, const char *op, const char *name,
 	n->n_input = nin;
 	n->output = dup_strv(c, out, nout);
 	n->n_output = nout;
-	push_node(c, g, n);
+	NodeInfo *k = push_node(c, g, n);
 	for (size_t j = 0; j < nout; j++)
 		if (*n->output[j])
-			set_def(c, g, n, j, NULL);
+			set_def(c, k, j);
 	return n;
 }
 
@@ -681,16 +679,15 @@ void g_set_name(Ctx *c, Node *n, const char *base)
 
 void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to)
 {
-	Graph *g = g_graph_of(c, n);
-	Val *old = g && *n->output[idx] ? map_get(&g->val, n->output[idx]) : NULL;
+	NodeInfo *k = info(c, n);
+	Val *old = k && *n->output[idx] ? map_get(&k->g->val, n->output[idx]) : NULL;
 	if (old && old->def == n)
 		old->def = NULL;
 	n->output[idx] = arena_strdup(c->a, to);
-	NodeInfo *k = info(c, n);
 	if (k && idx < k->nout)
 		k->out[idx] = NULL;
-	if (g && *to)
-		set_def(c, g, n, idx, NULL);
+	if (k && *to)
+		set_def(c, k, idx);
 }
 
 void g_move_node(Ctx *c, Node *n, Graph *to)
@@ -704,10 +701,10 @@ void g_move_node(Ctx *c, Node *n, Graph *to)
 				gp->node[k++] = gp->node[i];
 		gp->n_node = k;
 	}
-	push_node(c, to, n);
+	NodeInfo *k = push_node(c, to, n);
 	for (size_t j = 0; j < n->n_output; j++)
 		if (*n->output[j])
-			set_def(c, to, n, j, NULL);
+			set_def(c, k, j);
 }
 
 /* ---- pattern rewriting ---- */

@@ -71,9 +71,8 @@ void wsrc_drop(WSrc *w)
 			madvise(w->maps[i].base, w->maps[i].len, MADV_DONTNEED);
 }
 
-static int by_name(const void *a, const void *b, void *w)
+static int by_name(const void *a, const void *b)
 {
-	(void)w;
 	return strcmp((*(WTensor *const *)a)->name, (*(WTensor *const *)b)->name);
 }
 
@@ -83,7 +82,7 @@ void wsrc_range(WSrc *w, const char *prefix, size_t *lo, size_t *hi)
 		w->order = arena_alloc(w->a, (w->n + 1) * sizeof *w->order);
 		if (w->n)
 			memcpy(w->order, w->t, w->n * sizeof *w->order);
-		qsort_r(w->order, w->n, sizeof *w->order, by_name, w);
+		qsort(w->order, w->n, sizeof *w->order, by_name);
 	}
 	size_t lp = strlen(prefix), a = 0, b = w->n;
 	while (a < b) { /* first key >= prefix */
