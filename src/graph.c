@@ -64,6 +64,7 @@ static void set_def(Ctx *c, NodeInfo *k, size_t j)
 {
 	Val *v = def_val(c, k->g, k->n->output[j], NULL);
 	v->def = k->n;
+	v->dk = k;
 	if (j < k->nout)
 		k->out[j] = v;
 }
@@ -88,6 +89,10 @@ static Val *in_val(NodeInfo *k, size_t j)
 	Val *v = g_val(k->g, name);
 	if (j < k->nin)
 		k->in[j] = v;
+	/* The name is now the value's own string: later lookups of it find
+	 * their slot by pointer, without comparing the characters. */
+	if (v)
+		k->n->input[j] = (char *)v->name;
 	return v;
 }
 
@@ -118,14 +123,14 @@ static void forget_input(Ctx *c, const Node *n, size_t j)
 		k->in[j] = NULL;
 }
 
-static void add_use(Ctx *c, Val *v, Node *n, Graph *g)
+static void add_use(Ctx *c, Val *v, NodeInfo *k, Graph *g)
 {
 	if (v->nuse == v->capuse) {
 		size_t cap = v->capuse ? v->capuse * 2 : 4;
 		v->use = arena_grow(c->ia, v->use, v->nuse * sizeof *v->use, cap * sizeof *v->use);
 		v->capuse = cap;
 	}
-	v->use[v->nuse++] = (Use){ n, g };
+	v->use[v->nuse++] = (Use){ k->n, g, k };
 }
 
 /* Arrays of the index grow by doubling: growing by one element copied the
@@ -179,11 +184,15 @@ static int define_graph(Ctx *c, Graph *g, Err *e)
 					    v->name, n->name ? n->name : "", v->def ? "node" : "initializer",
 					    v->def ? (v->def->name ? v->def->name : "") : v->name);
 			v->def = n;
+			v->dk = k;
 			k->out[j] = v;
 		}
 	}
-	for (size_t i = 0; i < gp->n_output; i++)
-		def_val(c, g, gp->output[i]->name, e)->isout = 1;
+	for (size_t i = 0; i < gp->n_output; i++) {
+		Val *v = def_val(c, g, gp->output[i]->name, e);
+		v->isout = 1;
+		gp->output[i]->name = (char *)v->name;
+	}
 	/* Declared shapes, so rank and dimension queries need no scan. */
 	Onnx__ValueInfoProto **lists[] = { gp->input, gp->output, gp->value_info };
 	size_t ns[] = { gp->n_input, gp->n_output, gp->n_value_info };
@@ -232,7 +241,7 @@ static int index_graph(Ctx *c, Graph *g, Err *e)
 			Val *v = in_val(k, j);
 			if (!v)
 				continue; /* empty, or undefined: the checker reports it with context */
-			add_use(c, v, n, g);
+			add_use(c, v, k, g);
 			for (Graph *h = g; h && h != v->g; h = h->parent)
 				add_outer(c, h, name);
 		}
@@ -250,7 +259,7 @@ static int index_graph(Ctx *c, Graph *g, Err *e)
 		for (size_t i = 0; i < s->nouter; i++) {
 			Val *v = g_val(g, s->outer[i]);
 			if (v && v->g == g)
-				add_use(c, v, s->owner, g);
+				add_use(c, v, info(c, s->owner), g);
 		}
 	}
 	return 0;
@@ -306,6 +315,11 @@ int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
 			c->opset = (int)o->version;
 	}
 	return g_reindex(c, e);
+}
+
+NodeInfo *g_info(const Ctx *c, const Node *n)
+{
+	return info(c, n);
 }
 
 Graph *g_graph_of(const Ctx *c, const Node *n)
@@ -681,8 +695,10 @@ void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to)
 {
 	NodeInfo *k = info(c, n);
 	Val *old = k && *n->output[idx] ? map_get(&k->g->val, n->output[idx]) : NULL;
-	if (old && old->def == n)
+	if (old && old->def == n) {
 		old->def = NULL;
+		old->dk = NULL;
+	}
 	n->output[idx] = arena_strdup(c->a, to);
 	if (k && idx < k->nout)
 		k->out[idx] = NULL;
@@ -751,12 +767,12 @@ int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e)
  * what the walk follows. */
 static void mark_live(Ctx *c, Graph *g);
 
-static void want(Ctx *c, Val *v, Node ***stack, size_t *ns, size_t *cap)
+static void want(Ctx *c, Val *v, NodeInfo ***stack, size_t *ns, size_t *cap)
 {
 	if (!v || v->live)
 		return;
 	v->live = 1;
-	NodeInfo *k = v->def ? info(c, v->def) : NULL;
+	NodeInfo *k = v->dk;
 	if (!k || k->live)
 		return;
 	k->live = 1;
@@ -765,20 +781,20 @@ static void want(Ctx *c, Val *v, Node ***stack, size_t *ns, size_t *cap)
 		*stack = arena_grow(c->ia, *stack, *ns * sizeof **stack, nc * sizeof **stack);
 		*cap = nc;
 	}
-	(*stack)[(*ns)++] = v->def;
+	(*stack)[(*ns)++] = k;
 }
 
 static void mark_live(Ctx *c, Graph *g)
 {
-	Node **stack = NULL;
+	NodeInfo **stack = NULL;
 	size_t ns = 0, cap = 0;
 	for (size_t i = 0; i < g->gp->n_output; i++) {
 		const char *name = g->gp->output[i]->name;
 		want(c, *name ? g_val(g, name) : NULL, &stack, &ns, &cap);
 	}
 	while (ns) {
-		Node *n = stack[--ns];
-		NodeInfo *nk = info(c, n);
+		NodeInfo *nk = stack[--ns];
+		Node *n = nk->n;
 		Graph *ng = nk->g;
 		for (size_t j = 0; j < n->n_input; j++)
 			want(c, in_val(nk, j), &stack, &ns, &cap);
@@ -882,7 +898,7 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 				}
 				v = *dep ? map_get(&g->val, dep) : NULL;
 			}
-			NodeInfo *dk = v && v->def ? info(c, v->def) : NULL;
+			NodeInfo *dk = v ? v->dk : NULL;
 			if (!dk || dk->g != g || dk->sort == done)
 				continue;
 			if (dk->sort == onstack)

@@ -42,11 +42,13 @@ typedef struct {
 typedef struct {
 	Node *n;   /* consumer */
 	Graph *g;  /* graph the consumer lives in (may be a subgraph of the value's) */
+	NodeInfo *k; /* the consumer's, so walks along uses need no lookup */
 } Use;
 
 typedef struct Val {
 	const char *name;
 	Node *def;      /* producer, or NULL */
+	NodeInfo *dk;   /* the producer's NodeInfo, NULL with def */
 	Tensor *init;   /* initializer, or NULL */
 	int isin;       /* graph input */
 	int isout;      /* graph output */
@@ -108,6 +110,8 @@ Val *g_input(const Ctx *c, const Node *n, size_t j);
  * model is malformed), NULL for an empty output. */
 Val *g_output(const Ctx *c, const Node *n, size_t j);
 Graph *g_graph_of(const Ctx *c, const Node *n);
+/* n's index entry, NULL when n is not in the index. */
+NodeInfo *g_info(const Ctx *c, const Node *n);
 /* The bodies of node n (an If's two, a Loop's one), which lives in g:
  * *first is their index in g->sub; returns how many. Constant time, so
  * walks over every node need not scan every body of the graph. */

@@ -2178,19 +2178,23 @@ static void run(W *w, Graph *g)
 	Onnx__GraphProto *gp = g->gp;
 	size_t n = gp->n_node;
 	if (n) {
-		PMap pos;
-		pmap_init(&pos, w->tmp, n);
-		/* Each node's output Vals, looked up once: ov[off[i] ...]. */
+		/* Each node's index entry, its position made current (uses and
+		 * bodies then give positions without a lookup), and its output
+		 * Vals, looked up once: ov[off[i] ...]. */
+		NodeInfo **ks = arena_alloc(w->tmp, n * sizeof *ks);
 		size_t *off = arena_alloc(w->tmp, (n + 1) * sizeof *off);
 		for (size_t i = 0; i < n; i++) {
-			pmap_put(&pos, gp->node[i], (void *)(uintptr_t)(i + 1));
+			if ((ks[i] = g_info(w->c, gp->node[i])))
+				ks[i]->pos = i;
 			off[i + 1] = off[i] + gp->node[i]->n_output;
 		}
+		/* Position + 1 of a node of this graph, 0 for any other. */
+#define POS(k) ((k) && (k)->g == g && (k)->pos < n && ks[(k)->pos] == (k) ? (k)->pos + 1 : 0)
 		Val **ov = arena_alloc(w->tmp, (off[n] + 1) * sizeof *ov);
 		for (size_t i = 0; i < n; i++) {
 			Node *nd = gp->node[i];
 			for (size_t j = 0; j < nd->n_output; j++) {
-				Val *v = g_output(w->c, nd, j);
+				Val *v = ks[i] && j < ks[i]->nout && ks[i]->out[j] ? ks[i]->out[j] : g_output(w->c, nd, j);
 				ov[off[i] + j] = v && v->def == nd && v->g == g ? v : NULL;
 			}
 		}
@@ -2200,7 +2204,8 @@ static void run(W *w, Graph *g)
 		for (size_t i = 0; i < n; i++)
 			first[i] = SIZE_MAX;
 		for (size_t k = g->nsub; k-- > 0;) {
-			size_t p = (size_t)(uintptr_t)pmap_get(&pos, g->sub[k]->owner);
+			NodeInfo *ok = g_info(w->c, g->sub[k]->owner);
+			size_t p = POS(ok);
 			if (p)
 				first[p - 1] = k;
 		}
@@ -2209,7 +2214,7 @@ static void run(W *w, Graph *g)
 		for (size_t q = 0; q < off[n]; q++) {
 			Val *v = ov[q];
 			for (size_t u = 0; v && u < v->nuse; u++) {
-				size_t p = v->use[u].g == g ? (size_t)(uintptr_t)pmap_get(&pos, v->use[u].n) : 0;
+				size_t p = v->use[u].g == g ? POS(v->use[u].k) : 0;
 				if (p)
 					deg[p - 1]++;
 			}
@@ -2233,7 +2238,7 @@ static void run(W *w, Graph *g)
 				for (size_t q = off[k]; q < off[k + 1]; q++) {
 					Val *v = ov[q];
 					for (size_t u = 0; v && u < v->nuse; u++) {
-						size_t p = v->use[u].g == g ? (size_t)(uintptr_t)pmap_get(&pos, v->use[u].n) : 0;
+						size_t p = v->use[u].g == g ? POS(v->use[u].k) : 0;
 						/* Later nodes are reached by the outer loop. */
 						if (p && --deg[p - 1] == 0 && p - 1 < i)
 							stack[sp++] = p - 1;
@@ -2241,6 +2246,7 @@ static void run(W *w, Graph *g)
 				}
 			}
 		}
+#undef POS
 	}
 }
 
