@@ -550,11 +550,19 @@ Node *g_add_node(Ctx *c, Graph *g, const char *op, const char *name,
 	onnx__node_proto__init(n);
 	n->op_type = arena_strdup(c->a, op);
 	n->name = (char *)g_fresh(c, name);
-	n->input = dup_strv(c, in, nin);
 	n->n_input = nin;
 	n->output = dup_strv(c, out, nout);
 	n->n_output = nout;
+	/* Inputs are looked up now, while the values a pass just made are
+	 * in cache, and read the value's own string: no copy, and the
+	 * walks after the pass find every input in the node's memo. */
+	n->input = arena_alloc(c->a, (nin ? nin : 1) * sizeof *n->input);
 	NodeInfo *k = push_node(c, g, n);
+	for (size_t j = 0; j < nin; j++) {
+		Val *v = *in[j] ? g_val(g, in[j]) : NULL;
+		n->input[j] = v ? (char *)v->name : arena_strdup(c->a, in[j]);
+		k->in[j] = v;
+	}
 	for (size_t j = 0; j < nout; j++)
 		if (*n->output[j])
 			set_def(c, k, j);
@@ -614,7 +622,10 @@ Node *g_clone_node(Ctx *c, Graph *g, const Node *src)
 	Node *n = arena_dup(c->a, src, sizeof *n);
 	n->input = arena_dup(c->a, src->input, src->n_input * sizeof *n->input);
 	n->output = arena_dup(c->a, src->output, src->n_output * sizeof *n->output);
-	push_node(c, g, n);
+	NodeInfo *sk = info(c, src), *k = push_node(c, g, n);
+	/* Same names in the same scope: the same values. */
+	if (sk && sk->g == g && sk->nin == k->nin)
+		memcpy(k->in, sk->in, k->nin * sizeof *k->in);
 	return n;
 }
 
