@@ -22,8 +22,9 @@ static const char *segment(const char *name, const char *p, const char *from, si
 
 /* Every path segment `from` within a name becomes `to`: "experts.1" in
  * /model.11/fused/expert_projections.1/expert_projections.1.0/Conv names
- * the expert at both levels. NULL when the name holds no such segment. */
-static const char *reseg(Ctx *c, const char *name, const char *from, const char *to)
+ * the expert at both levels. NULL when the name holds no such segment.
+ * Written to b when it fits: g_fresh keeps its own copy. */
+static const char *reseg(Ctx *c, const char *name, const char *from, const char *to, char *b, size_t cap)
 {
 	size_t lf = strlen(from), lt = strlen(to), ln = strlen(name), n = 0;
 	if (!lf)
@@ -35,7 +36,8 @@ static const char *reseg(Ctx *c, const char *name, const char *from, const char 
 		hits++;
 	if (!hits)
 		return NULL;
-	char *out = arena_alloc_raw(c->a, ln - hits * lf + hits * lt + 1);
+	size_t need = ln - hits * lf + hits * lt + 1;
+	char *out = need <= cap ? b : arena_alloc_raw(c->a, need);
 	const char *p = name;
 	for (const char *q; (q = segment(name, p, from, lf)); p = q + lf) {
 		memcpy(out + n, p, (size_t)(q - p));
@@ -65,9 +67,10 @@ static const char *seg(Ctx *c, const Layer *L, int id)
 /* A cloned node's name: the template's with the expert's segment renamed,
  * or, when the template's name tells nothing (renamed or name-free
  * exports), one of the exporter's form under the layer's module path. */
-static const char *clone_name(Ctx *c, const Layer *L, const Node *s, const char *from, const char *to, int id)
+static const char *clone_name(Ctx *c, const Layer *L, const Node *s, const char *from, const char *to, int id,
+			      char *b, size_t cap)
 {
-	const char *r = s->name ? reseg(c, s->name, from, to) : NULL;
+	const char *r = s->name ? reseg(c, s->name, from, to, b, cap) : NULL;
 	if (r)
 		return r;
 	const char *full = expert_path(c, L->spec, id), *scope = L->spec->scope;
@@ -94,7 +97,11 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 		size_t nb;
 		if (moe_build(c, L, r, t, id, w, &data, &nb, e))
 			return NULL;
-		const char *name = arena_printf(c->a, "%s%s", pre, moe_recipe_key(c->a, r));
+		/* On the stack: g_add_init keeps its own copy. */
+		const char *key = moe_recipe_key(c->a, r);
+		char kb[256];
+		int kn = snprintf(kb, sizeof kb, "%s%s", pre, key);
+		const char *name = kn >= 0 && (size_t)kn < sizeof kb ? kb : arena_printf(c->a, "%s%s", pre, key);
 		Tensor *nt = g_add_init(c, c->g, name, t->data_type, t->dims, t->n_dims, data, nb);
 		over[r->node][r->input] = nt->name;
 	}
@@ -103,7 +110,8 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 	for (size_t i = 0; i < tpl->nnode; i++) {
 		const Node *s = tpl->node[i];
 		Node *n = g_clone_node(c, c->g, s);
-		g_set_name(c, n, clone_name(c, L, s, from, to, id));
+		char nb[256];
+		g_set_name(c, n, clone_name(c, L, s, from, to, id, nb, sizeof nb));
 		for (size_t j = 0; j < n->n_input; j++) {
 			const char *r = over[i][j] ? over[i][j] : map_get(&ren, s->input[j]);
 			if (!r && strcmp(s->input[j], tpl->in) == 0)
@@ -114,7 +122,8 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 		for (size_t j = 0; j < n->n_output; j++) {
 			if (!*s->output[j])
 				continue;
-			const char *o = reseg(c, s->output[j], from, to);
+			char ob[256];
+			const char *o = reseg(c, s->output[j], from, to, ob, sizeof ob);
 			g_rename_output(c, n, j, g_fresh(c, o ? o : arena_printf(c->a, "%s_output_%zu", n->name, j)));
 			map_put(&ren, s->output[j], n->output[j]);
 		}

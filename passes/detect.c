@@ -27,14 +27,25 @@
 #include "infer.h"
 #include "moe.h"
 
-const char *expert_path(Ctx *c, const SpecLayer *s, int id)
+int expert_path_to(char *b, size_t cap, const SpecLayer *s, int id)
 {
 	const char *pat = s->expert ? s->expert : "experts.{i}";
 	const char *p = strstr(pat, "{i}");
 	const char *dot = *s->scope ? "." : "";
 	if (!p)
-		return arena_printf(c->a, "%s%s%s", s->scope, dot, pat);
-	return arena_printf(c->a, "%s%s%.*s%d%s", s->scope, dot, (int)(p - pat), pat, id, p + 3);
+		return snprintf(b, cap, "%s%s%s", s->scope, dot, pat);
+	return snprintf(b, cap, "%s%s%.*s%d%s", s->scope, dot, (int)(p - pat), pat, id, p + 3);
+}
+
+const char *expert_path(Ctx *c, const SpecLayer *s, int id)
+{
+	char b[256];
+	int n = expert_path_to(b, sizeof b, s, id);
+	if (n >= 0 && (size_t)n < sizeof b)
+		return arena_strdup(c->a, b);
+	char *x = arena_alloc_raw(c->a, (size_t)n + 1);
+	expert_path_to(x, (size_t)n + 1, s, id);
+	return x;
 }
 
 /* ---- small predicates ---- */

@@ -164,5 +164,7 @@ const char *emit_ones_shape(Emit *m, int rank); /* [-1, 1, ..., 1] */
 
 /* Helpers shared by the MoE passes. */
 const char *expert_path(Ctx *c, const SpecLayer *s, int id); /* "model.0.experts.3" */
+/* The same into b (snprintf's contract: the length it needs). */
+int expert_path_to(char *b, size_t cap, const SpecLayer *s, int id);
 
 #endif

@@ -29,6 +29,32 @@ static const char *key_prefix(Ctx *c, const Layer *L, int id)
 	return arena_printf(c->a, "%s%s.", pre, expert_path(c, L->spec, id));
 }
 
+/* The same into b when it fits, else in the arena: keys are built for
+ * every tensor of every new expert, and the arena keeps what it holds
+ * (9 MB of key strings on a 400-layer model). */
+static const char *key_prefix_in(Ctx *c, const Layer *L, int id, char *b, size_t cap)
+{
+	const char *pre = L->spec->prefix ? L->spec->prefix : "";
+	size_t lp = strlen(pre);
+	if (lp < cap) {
+		memcpy(b, pre, lp);
+		int n = expert_path_to(b + lp, cap - lp, L->spec, id);
+		if (n >= 0 && lp + (size_t)n + 1 < cap) {
+			b[lp + (size_t)n] = '.';
+			b[lp + (size_t)n + 1] = 0;
+			return b;
+		}
+	}
+	return key_prefix(c, L, id);
+}
+
+/* x then y, in b when it fits, else in the arena. */
+static const char *cat_in(Ctx *c, char *b, size_t cap, const char *x, const char *y)
+{
+	int n = snprintf(b, cap, "%s%s", x, y);
+	return n >= 0 && (size_t)n < cap ? b : arena_printf(c->a, "%s%s", x, y);
+}
+
 /* Aligned f32 bytes are used in place: the arena never frees, and a
  * copy of every tensor read would double the memory of a large repair. */
 static const float *as_f32(const void *p, int dtype)
@@ -960,12 +986,13 @@ static const char *shape_str(Ctx *c, const WTensor *t)
 static int fits_template(Ctx *c, const Layer *L, const Recipe *r, const char *pre, WSrc *w, Err *e)
 {
 	const char *rest[2] = { r->rest, r->bias };
-	const char *tpre = key_prefix(c, L, L->ex[0].id);
+	char tb[256], kb[256], yb[256];
+	const char *tpre = key_prefix_in(c, L, L->ex[0].id, tb, sizeof tb);
 	for (int i = 0; i < 2; i++) {
 		if (!rest[i])
 			continue;
-		const char *k = arena_printf(c->a, "%s%s", pre, rest[i]);
-		const WTensor *x = wsrc_get(w, k), *y = wsrc_get(w, arena_printf(c->a, "%s%s", tpre, rest[i]));
+		const char *k = cat_in(c, kb, sizeof kb, pre, rest[i]);
+		const WTensor *x = wsrc_get(w, k), *y = wsrc_get(w, cat_in(c, yb, sizeof yb, tpre, rest[i]));
 		if (!x || !y)
 			continue; /* rebuild says what is missing */
 		if (!is_float(x->dtype))
@@ -1000,7 +1027,8 @@ int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int
 	 * use it, and this runs once per new tensor. */
 	Src s = { .c = c, .w = w, .cache = { .a = c->a } };
 	int64_t n = g_tensor_numel(t);
-	const char *pre = key_prefix(c, L, id);
+	char pb[256];
+	const char *pre = key_prefix_in(c, L, id, pb, sizeof pb);
 	if (fits_template(c, L, r, pre, w, e))
 		return errwrap(e, "layer %s: expert %d", L->scope, id);
 	size_t es = wt_dtype_size(t->data_type);

@@ -693,8 +693,12 @@ void g_replace_uses(Ctx *c, const char *from, const char *to)
 
 void g_set_input(Ctx *c, Node *n, size_t i, const char *name)
 {
-	n->input[i] = arena_strdup(c->a, name);
-	forget_input(c, n, i);
+	/* Resolved now, as in g_add_node: the value's own string, no copy. */
+	NodeInfo *k = info(c, n);
+	Val *v = k && *name ? g_val(k->g, name) : NULL;
+	n->input[i] = v ? (char *)v->name : arena_strdup(c->a, name);
+	if (k && i < k->nin)
+		k->in[i] = v;
 }
 
 void g_set_name(Ctx *c, Node *n, const char *base)
@@ -710,7 +714,8 @@ void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to)
 		old->def = NULL;
 		old->dk = NULL;
 	}
-	n->output[idx] = arena_strdup(c->a, to);
+	/* g_fresh's names (the usual ones) are the model's already. */
+	n->output[idx] = map_get(&c->names, to) == to ? (char *)to : arena_strdup(c->a, to);
 	if (k && idx < k->nout)
 		k->out[idx] = NULL;
 	if (k && *to)
