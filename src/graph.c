@@ -126,7 +126,7 @@ static void forget_input(Ctx *c, const Node *n, size_t j)
 static void add_use(Ctx *c, Val *v, NodeInfo *k, Graph *g)
 {
 	if (v->nuse == v->capuse) {
-		size_t cap = v->capuse ? v->capuse * 2 : 4;
+		size_t cap = v->capuse ? v->capuse * 2 : 1;
 		v->use = arena_grow(c->ia, v->use, v->nuse * sizeof *v->use, cap * sizeof *v->use);
 		v->capuse = cap;
 	}
