@@ -84,6 +84,34 @@ static int fits(size_t n)
 /* checked: NULL when the block would pass the budget or malloc fails.
  * Unchecked: past the budget the arena records the overrun and the block
  * is allocated all the same; a failing malloc spends the reserve once. */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* sz bytes at a 2 MiB boundary (huge pages need it), NULL on failure. */
+static Block *huge_block(size_t sz)
+{
+	enum { HUGE = 2 << 20 };
+	size_t span = sz + HUGE;
+	if (span < sz)
+		return NULL;
+	unsigned char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	unsigned char *q = (unsigned char *)(((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+	if (q > p)
+		munmap(p, (size_t)(q - p));
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), end = (sz + pg - 1) / pg * pg;
+	if (p + span > q + end)
+		munmap(q + end, (size_t)(p + span - (q + end)));
+	madvise(q, sz, MADV_HUGEPAGE);
+	/* A hint (Linux 5.14+): where refused, pages fault in on first use. */
+	madvise(q, sz, MADV_POPULATE_WRITE);
+	Block *b = (Block *)q;
+	b->mapped = 1;
+	return b;
+}
+
 static Block *block_new(Arena *a, size_t cap, int checked)
 {
 	if (cap > SIZE_MAX - sizeof(Block)) {
@@ -99,20 +127,17 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 		if (a && !a->over)
 			a->over = cap;
 	}
-	/* Big blocks (new weights) in transparent huge pages where the kernel
-	 * offers them: one fault per 2 MiB instead of 512 shows in a 1 GB repair. */
 	enum { HUGE = 2 << 20 };
 	Block *b = NULL;
 	for (int tries = 0; !b && tries < 2; tries++) {
 		/* Zeroed memory, so arena_alloc need not zero it again: fresh
 		 * pages come zeroed from the kernel. */
 		if (cap >= 2 * HUGE) {
-			if (posix_memalign((void **)&b, HUGE, sz)) {
-				b = NULL;
-			} else {
-				madvise(b, sz, MADV_HUGEPAGE);
-				memset(b, 0, sz);
-			}
+			/* Big blocks (new weights) in transparent huge pages where
+			 * the kernel offers them, one fault per 2 MiB instead of 512,
+			 * and faulted in by the kernel: a memset to fault them in
+			 * wrote every byte of a 1 GB repair's weights once more. */
+			b = huge_block(sz);
 		} else {
 			/* Faulted in by the kernel in one call: a block is filled
 			 * front to back anyway, and on a virtual machine a fault
