@@ -27,13 +27,21 @@ struct Arena {
 	Block *spare; /* standard blocks an arena_reset emptied, served before new ones */
 	size_t total;
 	size_t over; /* first request past the budget or refused by malloc, 0: none */
+	Arena *kids, *sibling; /* arenas freed with this one (arena_adopt) */
 };
 
-/* The budget (0: not chosen yet) and the bytes all arenas hold. */
+/* The budget (0: not chosen yet; set before any second thread runs) and
+ * the bytes all arenas hold, counted atomically: the pipeline opens a
+ * checkpoint in a thread of its own (each thread has its own arenas). */
 static size_t limit, held;
 /* Given back to malloc when it first fails, so an unchecked allocation
  * can still be served until the caller's next arena_check. */
 static void *reserve;
+
+static size_t held_now(void)
+{
+	return __atomic_load_n(&held, __ATOMIC_RELAXED);
+}
 enum { RESERVE = 32 << 20 };
 
 static size_t default_budget(void)
@@ -66,19 +74,20 @@ void arena_set_budget(size_t bytes)
 
 size_t arena_held(void)
 {
-	return held;
+	return held_now();
 }
 
 int arena_budget_err(Err *e, size_t n)
 {
 	return errf(e, "needs %zu bytes of memory, more than the memory budget allows (%zu MiB of %zu MiB in use); the input is hostile or damaged, or raise --max-memory",
-		    n, held >> 20, arena_budget() >> 20);
+		    n, held_now() >> 20, arena_budget() >> 20);
 }
 
 static int fits(size_t n)
 {
 	size_t b = arena_budget();
-	return n <= b && held <= b - n;
+	size_t h = held_now();
+	return n <= b && h <= b - n;
 }
 
 /* checked: NULL when the block would pass the budget or malloc fails.
@@ -149,10 +158,10 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 			else
 				b->mapped = 1;
 		}
-		if (b || checked || !reserve)
+		void *r;
+		if (b || checked || !(r = __atomic_exchange_n(&reserve, NULL, __ATOMIC_ACQ_REL)))
 			break;
-		free(reserve);
-		reserve = NULL;
+		free(r);
 		if (a && !a->over)
 			a->over = cap;
 	}
@@ -162,7 +171,7 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 		fprintf(stderr, "onnx-moe-repair: out of memory (%zu bytes)\n", cap);
 		abort();
 	}
-	held += sz;
+	__atomic_add_fetch(&held, sz, __ATOMIC_RELAXED);
 	b->next = NULL;
 	b->cap = cap;
 	b->used = 0;
@@ -172,7 +181,7 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 
 static void block_free(Block *b)
 {
-	held -= sizeof *b + b->cap;
+	__atomic_sub_fetch(&held, sizeof *b + b->cap, __ATOMIC_RELAXED);
 	if (b->mapped)
 		munmap(b, sizeof *b + b->cap);
 	else
@@ -181,8 +190,11 @@ static void block_free(Block *b)
 
 Arena *arena_new(void)
 {
-	if (!reserve)
-		reserve = malloc(RESERVE);
+	if (!__atomic_load_n(&reserve, __ATOMIC_ACQUIRE)) {
+		void *r = malloc(RESERVE), *none = NULL;
+		if (r && !__atomic_compare_exchange_n(&reserve, &none, r, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			free(r);
+	}
 	Arena *a = calloc(1, sizeof *a);
 	if (!a)
 		abort();
@@ -190,8 +202,18 @@ Arena *arena_new(void)
 	return a;
 }
 
+static void free_kids(Arena *a)
+{
+	for (Arena *k = a->kids, *n; k; k = n) {
+		n = k->sibling;
+		arena_free(k);
+	}
+	a->kids = NULL;
+}
+
 void arena_reset(Arena *a)
 {
+	free_kids(a);
 	/* Standard blocks are kept for what comes next (no new pages to
 	 * fault in); private big ones go, their size fits nothing else. */
 	for (Block *b = a->head, *n; b; b = n) {
@@ -212,10 +234,17 @@ void arena_reset(Arena *a)
 	a->over = 0;
 }
 
+void arena_adopt(Arena *into, Arena *from)
+{
+	from->sibling = into->kids;
+	into->kids = from;
+}
+
 void arena_free(Arena *a)
 {
 	if (!a)
 		return;
+	free_kids(a);
 	for (int l = 0; l < 2; l++)
 		for (Block *b = l ? a->spare : a->head, *n; b; b = n) {
 			n = b->next;

@@ -4,6 +4,8 @@
  * the passes that take a Layer check it was detected on the current index. */
 #include "pipeline.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <string.h>
 
 #include "graph.h"
@@ -17,29 +19,99 @@ typedef struct {
 	WSrc *w;
 } Open;
 
-static WSrc *source(Open *o, size_t *no, const SpecLayer *s, Arena *a, Err *e)
+/* The checkpoint the repair will most likely read first, opened in a
+ * second thread while this one indexes, infers, checks and detects (a
+ * 400-layer checkpoint's header takes as long as detection). Its result
+ * is taken only by the source() call that would have opened the same file
+ * with the same key, so errors and results are those of opening it then. */
+typedef struct {
+	pthread_t th;
+	int running;
+	const char *path, *key;
+	Arena *a;
+	WSrc *w;
+	Err e;
+} Prefetch;
+
+static void *prefetch_run(void *p)
 {
-	if (!s->weights)
-		return NULL;
-	for (size_t i = 0; i < *no; i++)
-		if (strcmp(o[i].path, s->weights) == 0)
-			return o[i].w;
-	WSrc *w = wsrc_open(s->weights, s->checkpoint_key, a, e);
-	if (w)
-		o[(*no)++] = (Open){ s->weights, w };
-	return w;
+	Prefetch *f = p;
+	f->w = wsrc_open(f->path, f->key, f->a, &f->e);
+	return NULL;
+}
+
+static void prefetch_start(Prefetch *f, const char *path, const char *key)
+{
+	memset(f, 0, sizeof *f);
+	if (!path || !(f->a = arena_new()))
+		return;
+	f->path = path;
+	f->key = key;
+	/* Signals stay with the main thread. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	f->running = pthread_create(&f->th, NULL, prefetch_run, f) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!f->running) {
+		arena_free(f->a);
+		f->a = NULL;
+	}
+}
+
+/* Waits for the thread; its source, when unused, is closed. */
+static void prefetch_end(Prefetch *f)
+{
+	if (!f->running)
+		return;
+	pthread_join(f->th, NULL);
+	f->running = 0;
+	wsrc_close(f->w);
+	arena_free(f->a);
 }
 
 typedef struct {
 	Open *o;
 	size_t *no;
 	Arena *a;
+	Prefetch *pf;
 } Sources;
+
+static int same_key(const char *a, const char *b)
+{
+	return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static WSrc *source(Sources *ss, const SpecLayer *s, Err *e)
+{
+	if (!s->weights)
+		return NULL;
+	for (size_t i = 0; i < *ss->no; i++)
+		if (strcmp(ss->o[i].path, s->weights) == 0)
+			return ss->o[i].w;
+	Prefetch *f = ss->pf;
+	WSrc *w;
+	if (f->running && strcmp(f->path, s->weights) == 0 && same_key(f->key, s->checkpoint_key)) {
+		pthread_join(f->th, NULL);
+		f->running = 0;
+		w = f->w;
+		if (!w)
+			*e = f->e;
+		/* Its memory lives as long as the model's, as if opened here. */
+		arena_adopt(ss->a, f->a);
+		f->a = NULL;
+	} else {
+		w = wsrc_open(s->weights, s->checkpoint_key, ss->a, e);
+	}
+	if (w)
+		ss->o[(*ss->no)++] = (Open){ s->weights, w };
+	return w;
+}
 
 static WSrc *bind_source(void *ud, const SpecLayer *s, Err *e)
 {
 	Sources *ss = ud;
-	WSrc *w = source(ss->o, ss->no, s, ss->a, e);
+	WSrc *w = source(ss, s, e);
 	if (!w && !s->weights)
 		errf(e, "layer %s: node names do not tell which router it is, and it has no weights to tell by value; set `weights:` (or --weights) or router.indices",
 		     s->scope);
@@ -118,6 +190,10 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	size_t nopen = 0;
 	int ret = -1;
 	memset(r, 0, sizeof *r);
+	Prefetch pf;
+	const SpecLayer *first = spec && spec->nlayer ? &spec->layer[0] : NULL;
+	prefetch_start(&pf, o->check_only || (!spec && !o->layout) ? NULL : o->weights ? o->weights : first ? first->weights : NULL,
+		       first ? first->checkpoint_key : NULL);
 	/* The passes walk producers and consumers assuming a well-formed graph:
 	 * cycles, values defined twice or never are refused before any runs. */
 	if (g_init(&c, md->m, md->a, e) || sort_all(&c, c.g, e) || g_infer(&c, e) || g_check(&c, e))
@@ -131,6 +207,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	if (moe_find(&c, spec, !spec && !o->layout, &L, &nl, e))
 		goto out;
 	open = arena_alloc(md->a, ((spec ? spec->nlayer : nl) + 2) * sizeof *open);
+	Sources ss = { open, &nopen, md->a, &pf };
 	if (!spec && !o->layout) {
 		ret = moe_scan(&c, L, nl, r, e);
 		goto out;
@@ -139,7 +216,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		/* Zero-config: the spec the graph and the checkpoint imply. */
 		Spec *inferred = arena_alloc(md->a, sizeof *inferred);
 		SpecLayer any = { .weights = o->weights };
-		WSrc *w = o->weights ? source(open, &nopen, &any, md->a, e) : NULL;
+		WSrc *w = o->weights ? source(&ss, &any, e) : NULL;
 		if (o->weights && !w)
 			goto out;
 		if (moe_layout(&c, L, nl, w, o->weights, inferred, e))
@@ -157,7 +234,6 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	r->spec = spec;
 
 	Layer **bound = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *bound);
-	Sources ss = { open, &nopen, md->a };
 	if (moe_bind(&c, spec, L, nl, bound, bind_source, &ss, e))
 		goto out;
 	r->layer = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *r->layer);
@@ -185,7 +261,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		if (o->progress)
 			progress_step(o->progress, "rebuilding experts, layer", i + 1, spec->nlayer, NULL);
 		WSrc *w = NULL;
-		if ((int)l->nex < l->spec->experts && !(w = source(open, &nopen, l->spec, md->a, e)) && l->spec->weights)
+		if ((int)l->nex < l->spec->experts && !(w = source(&ss, l->spec, e)) && l->spec->weights)
 			goto out;
 		lr->expert_flops = moe_expert_flops(l);
 		int sparse = 0;
@@ -223,6 +299,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	}
 	ret = 0;
 out:
+	prefetch_end(&pf);
 	for (size_t i = 0; i < nopen; i++)
 		wsrc_close(open[i].w);
 	g_fini(&c);

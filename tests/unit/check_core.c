@@ -1,4 +1,5 @@
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,38 @@ START_TEST(arena_budget_checks)
 }
 END_TEST
 
+/* An arena filled by another thread is adopted by one that outlives it:
+ * still usable, freed with its parent, and every thread's blocks counted
+ * in the budget exactly once. */
+static void *fill(void *p)
+{
+	Arena *a = p;
+	for (int i = 0; i < 200; i++)
+		arena_alloc(a, 100000);
+	char *big = arena_alloc(a, 9u << 20); /* a mapping of its own */
+	return big[(9u << 20) - 1] == 0 ? a : NULL;
+}
+
+START_TEST(arena_adopt_frees_with_parent)
+{
+	size_t base = arena_held();
+	Arena *parent = arena_new(), *kid = arena_new();
+	pthread_t th;
+	ck_assert_int_eq(pthread_create(&th, NULL, fill, kid), 0);
+	for (int i = 0; i < 200; i++)
+		arena_alloc(parent, 100000);
+	void *r;
+	ck_assert_int_eq(pthread_join(th, &r), 0);
+	ck_assert_ptr_eq(r, kid);
+	arena_adopt(parent, kid);
+	char *s = arena_printf(kid, "%s", "still usable");
+	ck_assert_str_eq(s, "still usable");
+	ck_assert_uint_gt(arena_held(), base + (9u << 20) + 2 * 200 * 100000);
+	arena_free(parent);
+	ck_assert_uint_eq(arena_held(), base);
+}
+END_TEST
+
 START_TEST(err_one_line)
 {
 	Err e;
@@ -101,6 +134,7 @@ int main(void)
 	tcase_add_test(tc, map_many);
 	tcase_add_test(tc, arena_big_and_small);
 	tcase_add_test(tc, arena_budget_checks);
+	tcase_add_test(tc, arena_adopt_frees_with_parent);
 	tcase_add_test(tc, err_one_line);
 	tcase_add_test(tc, err_escapes_hostile_names);
 	suite_add_tcase(s, tc);
