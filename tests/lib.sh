@@ -36,6 +36,19 @@ one_line_err() {
 
 sum() { cksum <"$1"; }
 
+# needs_onnx_ort WHY: exits 77 (SKIP) unless /usr/bin/python3 imports onnx
+# (WHY says what for) and node finds onnxruntime-node.
+needs_onnx_ort() {
+	if ! /usr/bin/python3 -c 'import onnx' 2>/dev/null; then
+		echo "SKIP: /usr/bin/python3 with the onnx module (Debian python3-onnx) is needed $1"
+		exit 77
+	fi
+	if ! (cd "$top_srcdir" && "${NODE:-node}" -e "require.resolve('onnxruntime-node')") >/dev/null 2>&1; then
+		echo "SKIP: onnxruntime-node missing: run npm install --ignore-scripts in $top_srcdir"
+		exit 77
+	fi
+}
+
 # --- tiny protobuf writer, enough for synthetic ONNX models -------------
 byte() { printf "\\$(printf %03o "$1")"; }
 varint() {

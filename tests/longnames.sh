@@ -9,14 +9,7 @@
 node=${NODE:-node}
 cmp="$top_srcdir/tests/ort/compare.js"
 py=/usr/bin/python3
-if ! "$py" -c 'import onnx' 2>/dev/null; then
-	echo "SKIP: $py with the onnx module (Debian python3-onnx) is needed to rename the example"
-	exit 77
-fi
-if ! (cd "$top_srcdir" && "$node" -e "require.resolve('onnxruntime-node')") >/dev/null 2>&1; then
-	echo "SKIP: onnxruntime-node missing: run npm install --ignore-scripts in $top_srcdir"
-	exit 77
-fi
+needs_onnx_ort "to rename the example"
 dir=$top_srcdir/testdata/example
 "$py" - "$dir" "$T" <<'PY' || fail "renaming the example"
 import json, struct, sys

@@ -11,14 +11,7 @@ node=${NODE:-node}
 cmp="$top_srcdir/tests/ort/compare.js"
 ops="$top_srcdir/tests/ort/ops.js"
 py=/usr/bin/python3
-if ! "$py" -c 'import onnx' 2>/dev/null; then
-	echo "SKIP: $py with the onnx module (Debian python3-onnx) is needed to make name-free copies"
-	exit 77
-fi
-if ! (cd "$top_srcdir" && "$node" -e "require.resolve('onnxruntime-node')") >/dev/null 2>&1; then
-	echo "SKIP: onnxruntime-node missing: run npm install --ignore-scripts in $top_srcdir"
-	exit 77
-fi
+needs_onnx_ort "to make name-free copies"
 opcount() { "$node" -e "const c=JSON.parse(process.argv[1]);console.log(c[process.argv[2]]||0)" \
 	"$("$node" "$ops" "$1")" "$2"; }
 
