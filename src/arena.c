@@ -11,7 +11,7 @@
 
 /* Blocks are chained; big requests get a block of their own so a 1 GB
  * initializer does not waste a tail of the current block. */
-enum { BLOCK = 1 << 20, ALIGN = 16 };
+enum { BLOCK = 1 << 20, ALIGN = 16, HUGE = 2 << 20 };
 
 typedef struct Block Block;
 struct Block {
@@ -90,9 +90,6 @@ static int fits(size_t n)
 	return n <= b && h <= b - n;
 }
 
-/* checked: NULL when the block would pass the budget or malloc fails.
- * Unchecked: past the budget the arena records the overrun and the block
- * is allocated all the same; a failing malloc spends the reserve once. */
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -100,7 +97,6 @@ static int fits(size_t n)
 /* sz bytes at a 2 MiB boundary (huge pages need it), NULL on failure. */
 static Block *huge_block(size_t sz)
 {
-	enum { HUGE = 2 << 20 };
 	size_t span = sz + HUGE;
 	if (span < sz)
 		return NULL;
@@ -121,6 +117,9 @@ static Block *huge_block(size_t sz)
 	return b;
 }
 
+/* checked: NULL when the block would pass the budget or malloc fails.
+ * Unchecked: past the budget the arena records the overrun and the block
+ * is allocated all the same; a failing malloc spends the reserve once. */
 static Block *block_new(Arena *a, size_t cap, int checked)
 {
 	if (cap > SIZE_MAX - sizeof(Block)) {
@@ -136,7 +135,6 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 		if (a && !a->over)
 			a->over = cap;
 	}
-	enum { HUGE = 2 << 20 };
 	Block *b = NULL;
 	for (int tries = 0; !b && tries < 2; tries++) {
 		/* Zeroed memory, so arena_alloc need not zero it again: fresh

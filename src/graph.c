@@ -523,6 +523,17 @@ const char *g_fresh(Ctx *c, const char *base)
 	}
 }
 
+/* Input j of n (index entry k, or NULL) reads `name`: looked up now,
+ * while the values a pass just made are in cache, and the input is the
+ * value's own string (no copy) and its memo filled. */
+static void resolve_input(Ctx *c, NodeInfo *k, Node *n, size_t j, const char *name)
+{
+	Val *v = k && *name ? g_val(k->g, name) : NULL;
+	n->input[j] = v ? (char *)v->name : arena_strdup(c->a, name);
+	if (k && j < k->nin)
+		k->in[j] = v;
+}
+
 static NodeInfo *push_node(Ctx *c, Graph *g, Node *n)
 {
 	Onnx__GraphProto *gp = g->gp;
@@ -553,16 +564,10 @@ Node *g_add_node(Ctx *c, Graph *g, const char *op, const char *name,
 	n->n_input = nin;
 	n->output = dup_strv(c, out, nout);
 	n->n_output = nout;
-	/* Inputs are looked up now, while the values a pass just made are
-	 * in cache, and read the value's own string: no copy, and the
-	 * walks after the pass find every input in the node's memo. */
 	n->input = arena_alloc(c->a, (nin ? nin : 1) * sizeof *n->input);
 	NodeInfo *k = push_node(c, g, n);
-	for (size_t j = 0; j < nin; j++) {
-		Val *v = *in[j] ? g_val(g, in[j]) : NULL;
-		n->input[j] = v ? (char *)v->name : arena_strdup(c->a, in[j]);
-		k->in[j] = v;
-	}
+	for (size_t j = 0; j < nin; j++)
+		resolve_input(c, k, n, j, in[j]);
 	for (size_t j = 0; j < nout; j++)
 		if (*n->output[j])
 			set_def(c, k, j);
@@ -693,12 +698,7 @@ void g_replace_uses(Ctx *c, const char *from, const char *to)
 
 void g_set_input(Ctx *c, Node *n, size_t i, const char *name)
 {
-	/* Resolved now, as in g_add_node: the value's own string, no copy. */
-	NodeInfo *k = info(c, n);
-	Val *v = k && *name ? g_val(k->g, name) : NULL;
-	n->input[i] = v ? (char *)v->name : arena_strdup(c->a, name);
-	if (k && i < k->nin)
-		k->in[i] = v;
+	resolve_input(c, info(c, n), n, i, name);
 }
 
 void g_set_name(Ctx *c, Node *n, const char *base)

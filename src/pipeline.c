@@ -59,13 +59,19 @@ static void prefetch_start(Prefetch *f, const char *path, const char *key)
 	}
 }
 
-/* Waits for the thread; its source, when unused, is closed. */
+/* Waits for the thread: its result is ready. */
+static void prefetch_join(Prefetch *f)
+{
+	pthread_join(f->th, NULL);
+	f->running = 0;
+}
+
+/* At the end: a result no source() call took is closed. */
 static void prefetch_end(Prefetch *f)
 {
 	if (!f->running)
 		return;
-	pthread_join(f->th, NULL);
-	f->running = 0;
+	prefetch_join(f);
 	wsrc_close(f->w);
 	arena_free(f->a);
 }
@@ -92,8 +98,7 @@ static WSrc *source(Sources *ss, const SpecLayer *s, Err *e)
 	Prefetch *f = ss->pf;
 	WSrc *w;
 	if (f->running && strcmp(f->path, s->weights) == 0 && same_key(f->key, s->checkpoint_key)) {
-		pthread_join(f->th, NULL);
-		f->running = 0;
+		prefetch_join(f);
 		w = f->w;
 		if (!w)
 			*e = f->e;
@@ -190,10 +195,14 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	size_t nopen = 0;
 	int ret = -1;
 	memset(r, 0, sizeof *r);
+	/* What the first source() call will most likely open; nothing for
+	 * --check and diagnosis, which read no weights to repair. */
 	Prefetch pf;
 	const SpecLayer *first = spec && spec->nlayer ? &spec->layer[0] : NULL;
-	prefetch_start(&pf, o->check_only || (!spec && !o->layout) ? NULL : o->weights ? o->weights : first ? first->weights : NULL,
-		       first ? first->checkpoint_key : NULL);
+	const char *likely = o->weights ? o->weights : first ? first->weights : NULL;
+	if (o->check_only || (!spec && !o->layout))
+		likely = NULL;
+	prefetch_start(&pf, likely, first ? first->checkpoint_key : NULL);
 	/* The passes walk producers and consumers assuming a well-formed graph:
 	 * cycles, values defined twice or never are refused before any runs. */
 	if (g_init(&c, md->m, md->a, e) || sort_all(&c, c.g, e) || g_infer(&c, e) || g_check(&c, e))
