@@ -138,6 +138,10 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
 int moe_sparse(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
 /* FLOPs of one expert's Convs for one input, -1 when a size is unknown. */
 double moe_expert_flops(const Layer *L);
+/* Bytes of one expert's weights, a page more per tensor (the template's
+ * initializers; an unknown element size counts 8): a bound of what
+ * reading one expert, from the model or a checkpoint, touches. */
+size_t moe_expert_bytes(const Ctx *c, const Layer *L);
 
 /* Folds If(Equal(Gather(Shape(t), d), 1)) {Squeeze} {Identity} shape guards
  * whose dimension is provably 1 (dry: only count them). Returns how many,

@@ -995,6 +995,21 @@ double moe_expert_flops(const Layer *L)
 	return f;
 }
 
+size_t moe_expert_bytes(const Ctx *c, const Layer *L)
+{
+	const Expert *t = &L->ex[0];
+	size_t b = 0;
+	for (size_t i = 0; i < t->nnode; i++)
+		for (size_t j = 0; j < t->node[i]->n_input; j++) {
+			const Val *v = g_input(c, t->node[i], j);
+			int64_t n = v && v->init ? g_tensor_numel(v->init) : -1;
+			size_t es = n > 0 ? wt_dtype_size(v->init->data_type) : 0;
+			if (n > 0) /* and a page boundary it may cross */
+				b += (size_t)n * (es ? es : 8) + 4096;
+		}
+	return b;
+}
+
 /* Whether the router's indices hold k ids per sample (not per position). */
 static int per_sample(S *s)
 {
