@@ -545,7 +545,7 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, co
 		return errf(e, "layer %s: expert %d's output '%s' has no producer", L->scope, x->id, x->out);
 	g = ov->g;
 	PMap seen;
-	pmap_init(&seen, c->ia, 64);
+	pmap_init(&seen, c->tmp, 64);
 	NodeVec nv = { .a = c->a };
 	const char **todo = NULL;
 	size_t nt = 0, ct = 0;
@@ -554,7 +554,7 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, co
 	do {                                                                                    \
 		if (nt == ct) {                                                                 \
 			size_t nc = ct ? ct * 2 : 32;                                           \
-			todo = arena_grow(c->ia, todo, ct * sizeof *todo, nc * sizeof *todo);   \
+			todo = arena_grow(c->tmp, todo, ct * sizeof *todo, nc * sizeof *todo);   \
 			ct = nc;                                                                \
 		}                                                                               \
 		todo[nt++] = (s);                                                               \
@@ -631,8 +631,8 @@ typedef struct {
 
 static Acc *acc_new(AccWalk *w)
 {
-	Acc *a = arena_alloc(w->c->ia, sizeof *a);
-	a->bits = arena_alloc(w->c->ia, w->words * 8);
+	Acc *a = arena_alloc(w->c->tmp, sizeof *a);
+	a->bits = arena_alloc(w->c->tmp, w->words * 8);
 	return a;
 }
 
@@ -792,8 +792,8 @@ static int bits_all(const AccWalk *w, const uint64_t *b)
 static int find_combined(Ctx *c, Layer *L, Err *e)
 {
 	AccWalk w = { .c = c, .L = L, .words = L->nex / 64 + 1 };
-	map_init(&w.acc, c->ia, 64);
-	const char **seed = arena_alloc(c->ia, L->nex * sizeof *seed);
+	map_init(&w.acc, c->tmp, 64);
+	const char **seed = arena_alloc(c->tmp, L->nex * sizeof *seed);
 	for (size_t k = 0; k < L->nex; k++) {
 		Acc *a = acc_new(&w);
 		a->bits[k / 64] |= 1ull << (k % 64);
@@ -806,7 +806,7 @@ static int find_combined(Ctx *c, Layer *L, Err *e)
 	 * grow, so this ends. */
 	for (size_t round = 0; round < L->nex + 2; round++) {
 		Map reached;
-		map_init(&reached, c->ia, 64);
+		map_init(&reached, c->tmp, 64);
 		for (size_t k = 0; k < L->nex; k++)
 			flow_forward(c, g_graph_of(c, L->ex[k].mul), &seed[k], 1, acc_step, &w, &reached);
 		/* Body outputs reached: the owning If is evaluated from its
@@ -822,7 +822,7 @@ static int find_combined(Ctx *c, Layer *L, Err *e)
 				map_put(&w.acc, f->output[0], a);
 				const char *o = f->output[0];
 				Map r2;
-				map_init(&r2, c->ia, 16);
+				map_init(&r2, c->tmp, 16);
 				flow_forward(c, g_graph_of(c, f), &o, 1, acc_step, &w, &r2);
 				grew = 1;
 			}
@@ -928,9 +928,9 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 	Graph *g = c->g;
 	x->id = (int)id;
 	x->eq = eq;
-	Mask m = { .a = c->ia };
+	Mask m = { .a = c->tmp };
 	Map mask;
-	map_init(&mask, c->ia, 32);
+	map_init(&mask, c->tmp, 32);
 	m.mask = &mask;
 	flow_forward(c, g, (const char *[]){ eq->output[0] }, 1, mask_step, &m, &mask);
 	if (m.odd)
@@ -956,9 +956,9 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 		Node *z = m.nz[0];
 		/* A scripted layer gathers inside the If body it gates. */
 		Graph *zg = g_graph_of(c, z);
-		Coords k = { .a = c->ia };
+		Coords k = { .a = c->tmp };
 		Map rk;
-		map_init(&rk, c->ia, 32);
+		map_init(&rk, c->tmp, 32);
 		flow_forward(c, zg, (const char *[]){ z->output[0] }, 1, coord_step, &k, &rk);
 		Node *row = NULL, *wg = NULL;
 		for (size_t i = 0; i < k.nuse; i++) {
@@ -1010,7 +1010,7 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 		if (agree(L, &L->x, row->input[0], "inputs", x->id, e))
 			return -1;
 		Map r2;
-		map_init(&r2, c->ia, 16);
+		map_init(&r2, c->tmp, 16);
 		flow_forward(c, g_graph_of(c, wg), (const char *[]){ wg->output[0] }, 1, wuse_step, &wu, &r2);
 		L->form = FORM_ROWS;
 	} else if (m.wsum) {
@@ -1039,7 +1039,7 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 				    L->scope, x->id);
 		wsrc = m.wsum_w;
 		Map r2;
-		map_init(&r2, c->ia, 16);
+		map_init(&r2, c->tmp, 16);
 		flow_forward(c, g_graph_of(c, red), (const char *[]){ red->output[0] }, 1, wuse_step, &wu, &r2);
 		L->form = FORM_MASKSUM;
 	} else {
@@ -1123,7 +1123,7 @@ static Node *unknown_dispatch(Ctx *c, Node *t)
 {
 	Unknown u = { 0 };
 	Map r;
-	map_init(&r, c->ia, 32);
+	map_init(&r, c->tmp, 32);
 	flow_forward(c, c->g, (const char *[]){ t->output[1] }, 1, unknown_step, &u, &r);
 	return u.hit;
 }
@@ -1190,7 +1190,7 @@ static Comps expert_module(Ctx *c, const Expert *x)
 		 * output (out.to(dtype)) after the layer, not the expert. */
 		if (g_is(n, "Constant") || g_is(n, "Cast") || g_is(n, "Identity"))
 			continue;
-		Comps m = comps(c->ia, n->name ? spec_node_module(c->ia, n->name) : NULL);
+		Comps m = comps(c->tmp, n->name ? spec_node_module(c->tmp, n->name) : NULL);
 		if (!m.n)
 			return (Comps){ 0 };
 		if (first)
@@ -1207,7 +1207,7 @@ static Comps expert_module(Ctx *c, const Expert *x)
  * same position must hold every other expert's id. */
 static void name_layer(Ctx *c, Layer *L)
 {
-	Arena *a = c->ia;
+	Arena *a = c->tmp;
 	const char *tn = L->topk->name;
 	/* "/TopK": a node of the root module (a MoE exported alone) */
 	L->topmodule = !tn ? NULL : tn[0] == '/' && !strchr(tn + 1, '/') ? "" : spec_node_module(c->a, tn);
@@ -1269,9 +1269,9 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 	/* The router's width: the size of the axis TopK picks from. */
 	if (t->n_input > 0)
 		L->width = g_ty_dim(c->g, t->input[0], g_attr_i(t, "axis", -1));
-	Views w = { .a = c->ia };
+	Views w = { .a = c->tmp };
 	Map reached;
-	map_init(&reached, c->ia, 32);
+	map_init(&reached, c->tmp, 32);
 	flow_forward(c, c->g, (const char *[]){ t->output[1] }, 1, view_step, &w, &reached);
 	if (!w.n) {
 		if (!w.dense && !w.sparse) {
@@ -1354,7 +1354,7 @@ static const SpecLayer *hint_for(Ctx *c, const Spec *s, const Node *t)
 {
 	const SpecLayer *best = NULL;
 	size_t bestlen = 0;
-	const char *m = t->name ? spec_node_module(c->a, t->name) : NULL;
+	const char *m = t->name ? spec_node_module(c->tmp, t->name) : NULL;
 	for (size_t i = 0; s && i < s->nlayer; i++) {
 		const SpecLayer *l = &s->layer[i];
 		if (l->router_indices)
@@ -1399,6 +1399,7 @@ int moe_find(Ctx *c, const Spec *s, int lenient, Layer **out, size_t *n, Err *e)
 			r = 1;
 		}
 		nl += (size_t)r;
+		arena_reset(c->tmp);
 	}
 	*out = L;
 	*n = nl;

@@ -16,7 +16,7 @@ size_t flow_forward(Ctx *c, Graph *g, const char *const *seed, size_t nseed, Flo
 	do {                                                                                 \
 		if (nq == cap) {                                                             \
 			size_t nc = cap ? cap * 2 : 32;                                      \
-			q = arena_grow(c->ia, q, cap * sizeof *q, nc * sizeof *q);           \
+			q = arena_grow(c->tmp, q, cap * sizeof *q, nc * sizeof *q);           \
 			cap = nc;                                                            \
 		}                                                                            \
 		q[nq++] = (Item){ (nm), (gr) };                                              \

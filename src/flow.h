@@ -14,7 +14,8 @@ typedef unsigned (*FlowStep)(void *ud, Ctx *c, Node *n, int slot, const char *v)
  * `reached` (initialised by the caller, so walks can share one) receives
  * every value reached, seeds included, mapped to (void *)1. Work is
  * proportional to the uses of the values reached, never the graph's size.
- * Returns the number of values reached. */
+ * Its work queue is scratch in c->tmp. Returns the number of values
+ * reached. */
 size_t flow_forward(Ctx *c, Graph *g, const char *const *seed, size_t nseed, FlowStep step, void *ud,
 		    Map *reached);
 

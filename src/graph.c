@@ -297,7 +297,8 @@ int g_reindex(Ctx *c, Err *e)
 void g_fini(Ctx *c)
 {
 	arena_free(c->ia);
-	c->ia = NULL;
+	arena_free(c->tmp);
+	c->ia = c->tmp = NULL;
 	c->g = NULL;
 }
 
@@ -307,6 +308,7 @@ int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
 	c->a = a;
 	c->m = m;
 	c->opset = 1;
+	c->tmp = arena_new();
 	if (!m->graph)
 		return errf(e, "the model has no graph");
 	for (size_t i = 0; i < m->n_opset_import; i++) {
