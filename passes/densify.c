@@ -37,7 +37,7 @@ static const char *reseg(Ctx *c, const char *name, const char *from, const char 
 	if (!hits)
 		return NULL;
 	size_t need = ln - hits * lf + hits * lt + 1;
-	char *out = need <= cap ? b : arena_alloc_raw(c->a, need);
+	char *out = need <= cap ? b : arena_alloc_raw(c->tmp, need);
 	const char *p = name;
 	for (const char *q; (q = segment(name, p, from, lf)); p = q + lf) {
 		memcpy(out + n, p, (size_t)(q - p));
@@ -61,7 +61,7 @@ static const char *seg(Ctx *c, const Layer *L, int id)
 	if (st > pat && st[-1] == '.')
 		for (st--; st > pat && st[-1] != '.'; st--)
 			;
-	return arena_printf(c->a, "%.*s%d", (int)(p - st), st, id);
+	return arena_printf(c->tmp, "%.*s%d", (int)(p - st), st, id);
 }
 
 /* A cloned node's name: the template's with the expert's segment renamed,
@@ -75,19 +75,19 @@ static const char *clone_name(Ctx *c, const Layer *L, const Node *s, const char 
 		return r;
 	const char *full = expert_path(c, L->spec, id), *scope = L->spec->scope;
 	size_t n = strlen(scope);
-	return arena_printf(c->a, "/%s%s%s/%s", scope, n ? "/" : "", full + n + (n ? 1 : 0), s->op_type);
+	return arena_printf(c->tmp, "/%s%s%s/%s", scope, n ? "/" : "", full + n + (n ? 1 : 0), s->op_type);
 }
 
 static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m, int id,
 				WSrc *w, Err *e)
 {
 	const char *from = seg(c, L, tpl->id), *to = seg(c, L, id);
-	const char *pre = arena_printf(c->a, "%s%s.", L->spec->prefix ? L->spec->prefix : "",
+	const char *pre = arena_printf(c->tmp, "%s%s.", L->spec->prefix ? L->spec->prefix : "",
 				       expert_path(c, L->spec, id));
 	/* New tensors by template slot. */
-	const char ***over = arena_alloc(c->a, tpl->nnode * sizeof *over);
+	const char ***over = arena_alloc(c->tmp, tpl->nnode * sizeof *over);
 	for (size_t i = 0; i < tpl->nnode; i++)
-		over[i] = arena_alloc(c->a, (tpl->node[i]->n_input + 1) * sizeof **over);
+		over[i] = arena_alloc(c->tmp, (tpl->node[i]->n_input + 1) * sizeof **over);
 	for (size_t i = 0; i < m->n; i++) {
 		const Recipe *r = &m->r[i];
 		if (r->kind == R_SHARED)
@@ -98,15 +98,15 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 		if (moe_build(c, L, r, t, id, w, &data, &nb, e))
 			return NULL;
 		/* On the stack: g_add_init keeps its own copy. */
-		const char *key = moe_recipe_key(c->a, r);
+		const char *key = moe_recipe_key(c->tmp, r);
 		char kb[256];
 		int kn = snprintf(kb, sizeof kb, "%s%s", pre, key);
-		const char *name = kn >= 0 && (size_t)kn < sizeof kb ? kb : arena_printf(c->a, "%s%s", pre, key);
+		const char *name = kn >= 0 && (size_t)kn < sizeof kb ? kb : arena_printf(c->tmp, "%s%s", pre, key);
 		Tensor *nt = g_add_init(c, c->g, name, t->data_type, t->dims, t->n_dims, data, nb);
 		over[r->node][r->input] = nt->name;
 	}
 	Map ren;
-	map_init(&ren, c->a, tpl->nnode * 2);
+	map_init(&ren, c->tmp, tpl->nnode * 2);
 	for (size_t i = 0; i < tpl->nnode; i++) {
 		const Node *s = tpl->node[i];
 		Node *n = g_clone_node(c, c->g, s);
@@ -124,7 +124,7 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 				continue;
 			char ob[256];
 			const char *o = reseg(c, s->output[j], from, to, ob, sizeof ob);
-			g_rename_output(c, n, j, g_fresh(c, o ? o : arena_printf(c->a, "%s_output_%zu", n->name, j)));
+			g_rename_output(c, n, j, g_fresh(c, o ? o : arena_printf(c->tmp, "%s_output_%zu", n->name, j)));
 			map_put(&ren, s->output[j], n->output[j]);
 		}
 	}
@@ -142,7 +142,7 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	if (c->opset < 11)
 		return errf(e, "layer %s: opset %d has no GatherElements; re-export with opset 11 or newer", L->scope,
 			    c->opset);
-	const char **y = arena_alloc(c->a, (size_t)E * sizeof *y);
+	const char **y = arena_alloc(c->tmp, (size_t)E * sizeof *y);
 	for (size_t i = 0; i < L->nex; i++)
 		y[L->ex[i].id] = L->ex[i].out;
 
@@ -185,7 +185,7 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	/* [B,E,...] stack, then per slot: GatherElements, weight, sum. */
 	Emit m;
 	emit_init(&m, c, arena_printf(c->a, "/%s%sdense/", L->spec->scope, *L->spec->scope ? "/" : ""));
-	const char **u = arena_alloc(c->a, (size_t)E * sizeof *u);
+	const char **u = arena_alloc(c->tmp, (size_t)E * sizeof *u);
 	for (int id = 0; id < E; id++)
 		u[id] = emit_axis1(&m, "Unsqueeze", y[id]);
 	const char *stack = emit(&m, "Concat", u, (size_t)E);

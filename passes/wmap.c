@@ -77,7 +77,7 @@ static const float *tensor_f32(Ctx *c, const Tensor *t, int64_t *n)
 		return NULL;
 	if (as_f32(p, t->data_type))
 		return p;
-	float *f = arena_alloc_raw(c->a, (size_t)*n * sizeof *f + 1);
+	float *f = arena_alloc_raw(c->tmp, (size_t)*n * sizeof *f + 1);
 	return wt_to_f32(&w, f, &e) ? NULL : f;
 }
 
@@ -108,7 +108,7 @@ static const char *kbuf(Src *s, const char *fmt, ...)
 	if (n >= 0 && (size_t)n < sizeof s->kb[0])
 		return b;
 	va_start(ap, fmt);
-	char *x = arena_alloc(s->c->a, (size_t)n + 1);
+	char *x = arena_alloc(s->c->tmp, (size_t)n + 1);
 	vsnprintf(x, (size_t)n + 1, fmt, ap);
 	va_end(ap);
 	return x;
@@ -144,7 +144,7 @@ static float *scratch(Src *s, int64_t n)
 {
 	if ((size_t)n > s->ntmp) {
 		s->ntmp = (size_t)n;
-		s->tmp = arena_alloc_raw(s->c->a, s->ntmp * sizeof *s->tmp + 1);
+		s->tmp = arena_alloc_raw(s->c->tmp, s->ntmp * sizeof *s->tmp + 1);
 	}
 	return s->tmp;
 }
@@ -173,7 +173,7 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 		return NULL;
 	if (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 || t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
 		s->lowp = 1;
-	f = arena_alloc_raw(s->c->a, (size_t)*n * sizeof *f + 1);
+	f = arena_alloc_raw(s->c->tmp, (size_t)*n * sizeof *f + 1);
 	Err e;
 	if (wt_to_f32(t, f, &e))
 		return NULL;
@@ -583,7 +583,7 @@ static int verify(Src *s, const Layer *L, const Expert *tpl, const Expert *q, co
 static int same_for_missing(Src *s, const Layer *L, const Recipe *a, const Recipe *b, int64_t n)
 {
 	Err e;
-	float *x = arena_alloc_raw(s->c->a, (size_t)n * sizeof *x + 1);
+	float *x = arena_alloc_raw(s->c->tmp, (size_t)n * sizeof *x + 1);
 	for (int id = 0; id < L->spec->experts; id++) {
 		int present = 0;
 		for (size_t k = 0; k < L->nex; k++)
@@ -742,9 +742,9 @@ static int shared_input(Src *s, const Layer *L, const Expert *tpl, Err *e)
 	if (!nf)
 		return 0;
 	size_t low = L->topk ? g_pos(c, L->topk) : 0, nt = 0, ct = 64;
-	const char **todo = arena_alloc(c->a, ct * sizeof *todo);
+	const char **todo = arena_alloc(c->tmp, ct * sizeof *todo);
 	PMap seen;
-	pmap_init(&seen, c->a, 64);
+	pmap_init(&seen, c->tmp, 64);
 	todo[nt++] = L->x;
 	for (int steps = 0; nt && steps < 256; steps++) {
 		Val *v = g_val(c->g, todo[--nt]);
@@ -868,7 +868,7 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, int clones, Err *e)
 {
 	Src s = { .c = c, .w = w };
-	map_init(&s.cache, c->a, 64);
+	map_init(&s.cache, c->tmp, 64);
 	if (clones && same_structure(&s, L, tpl, e))
 		return -1;
 	size_t ns;
@@ -1025,7 +1025,7 @@ int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int
 {
 	/* The cache starts empty and unallocated: f32 checkpoints never
 	 * use it, and this runs once per new tensor. */
-	Src s = { .c = c, .w = w, .cache = { .a = c->a } };
+	Src s = { .c = c, .w = w, .cache = { .a = c->tmp } };
 	int64_t n = g_tensor_numel(t);
 	char pb[256];
 	const char *pre = key_prefix_in(c, L, id, pb, sizeof pb);

@@ -86,8 +86,9 @@ typedef struct {
 	PMap subidx;     /* Node* -> index + 1 of its first body in its graph's sub[] */
 	Map fresh;       /* base name -> last suffix handed out */
 	Arena *ia;       /* the index (Graph, Val, maps), replaced by each g_reindex */
-	Arena *tmp;      /* scratch of one unit of work (one layer's detection), emptied
-	                  * by its driver before the next: nothing there outlives it */
+	Arena *tmp;      /* scratch of one unit of work (a layer's detection, a layer's
+	                  * repair), emptied by its driver before the next: names handed
+	                  * to the mutation API are copied, nothing else goes there */
 	unsigned gen;    /* counts g_reindex calls: results that hold index objects record it */
 	unsigned sorts;  /* g_toposort's calls, two tags each */
 	unsigned checks; /* g_check's scope walks, a tag each */

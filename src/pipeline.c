@@ -286,6 +286,9 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 			goto out;
 		if (!sparse)
 			lr->dispatch = "dense";
+		/* The layer's mappings, converted checkpoint tensors and
+		 * renaming maps go with it. */
+		arena_reset(c.tmp);
 		/* Checkpoint and external data pages read so far leave the
 		 * process once the layers since the last drop may have read
 		 * DROP_EVERY bytes: resident memory stays about the output's
