@@ -352,6 +352,24 @@ char *arena_printf(Arena *a, const char *fmt, ...)
 	return s;
 }
 
+void arena_release(Arena *a, void *p, size_t n)
+{
+	size_t need = (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+	if (!p || need <= BLOCK / 4)
+		return;
+	/* Only a block that holds p alone, and not the head, which serves
+	 * what comes next. */
+	for (Block **l = &a->head->next, *b; (b = *l); l = &b->next)
+		if (b->data == p) {
+			if (b->used != need)
+				return;
+			*l = b->next;
+			a->total -= need;
+			block_free(b);
+			return;
+		}
+}
+
 void *arena_grow(Arena *a, void *p, size_t old, size_t new)
 {
 	/* The last allocation of the head block grows in place: arrays
@@ -368,8 +386,10 @@ void *arena_grow(Arena *a, void *p, size_t old, size_t new)
 		return p;
 	}
 	void *q = arena_alloc(a, new);
-	if (p && old)
+	if (p && old) {
 		memcpy(q, p, old < new ? old : new);
+		arena_release(a, p, old);
+	}
 	return q;
 }
 

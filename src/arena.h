@@ -50,8 +50,14 @@ void *arena_dup(Arena *a, const void *p, size_t n);
 char *arena_strdup(Arena *a, const char *s);
 char *arena_printf(Arena *a, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-/* Grow an array allocated from the arena (old block is abandoned). */
+/* Grow an array allocated from the arena: p is invalid afterwards (a
+ * large one is released, a small one abandoned). */
 void *arena_grow(Arena *a, void *p, size_t old, size_t new);
+/* Gives the n bytes at p back to the system now when they are a block of
+ * their own (a request past a quarter of a standard block); anything
+ * smaller stays until arena_free or arena_reset. For large arrays and
+ * tables replaced by bigger ones: the old copy would be dead memory. */
+void arena_release(Arena *a, void *p, size_t n);
 /* Bytes handed out so far, for reports and benchmarks. */
 size_t arena_used(const Arena *a);
 /* A protobuf-c allocator drawing from the arena; free is a no-op. It

@@ -86,6 +86,7 @@ static MapSlot *claim(Map *m, const void *key)
 		for (size_t i = 0; i < oldcap; i++)
 			if (old[i].key)
 				*find_h(m, old[i].key, old[i].hash) = old[i];
+		arena_release(m->a, old, oldcap * sizeof *old);
 	}
 	uint64_t h = hash(m, key);
 	MapSlot *s = find_h(m, key, h);
