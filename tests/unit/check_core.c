@@ -96,6 +96,56 @@ START_TEST(arena_adopt_frees_with_parent)
 }
 END_TEST
 
+/* A large array replaced by a bigger copy leaves the budget at once; a
+ * small allocation, sharing its block, stays until the arena goes. */
+START_TEST(arena_release_gives_back)
+{
+	Arena *a = arena_new();
+	size_t n = 1u << 20;
+	char *small = arena_alloc(a, 100);
+	char *g = arena_alloc(a, n); /* past a quarter block: a block of its own */
+	memset(g, 7, n);
+	size_t with = arena_held();
+	arena_release(a, small, 100);
+	ck_assert_uint_eq(arena_held(), with);
+	g = arena_grow(a, g, n, 2 * n);
+	ck_assert_int_eq(g[n - 1], 7);
+	ck_assert_int_eq(g[2 * n - 1], 0);
+	ck_assert_uint_eq(arena_held(), with + n); /* 2 MiB in, the old 1 MiB out */
+	arena_release(a, g, 2 * n);
+	ck_assert_uint_lt(arena_held(), with - n); /* and its block header */
+	ck_assert_uint_eq(arena_used(a), 112); /* the small one, rounded to 16 */
+	arena_free(a);
+}
+END_TEST
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#ifdef TEST_ASAN
+#include <sanitizer/asan_interface.h>
+/* The sanitizer build faults on memory read past its arena's reset (a
+ * layer's scratch kept after the layer). */
+START_TEST(arena_reset_poisons)
+{
+	Arena *a = arena_new();
+	char *p = arena_alloc(a, 64);
+	ck_assert(!__asan_address_is_poisoned(p));
+	arena_reset(a);
+	ck_assert(__asan_address_is_poisoned(p));
+	char *q = arena_alloc(a, 64);
+	ck_assert(!__asan_address_is_poisoned(q));
+	q = arena_grow(a, q, 64, 128); /* grown in place: the tail is usable */
+	ck_assert(!__asan_address_is_poisoned(q + 127));
+	arena_free(a);
+}
+END_TEST
+#endif
+
 START_TEST(err_one_line)
 {
 	Err e;
@@ -135,6 +185,10 @@ int main(void)
 	tcase_add_test(tc, arena_big_and_small);
 	tcase_add_test(tc, arena_budget_checks);
 	tcase_add_test(tc, arena_adopt_frees_with_parent);
+	tcase_add_test(tc, arena_release_gives_back);
+#ifdef TEST_ASAN
+	tcase_add_test(tc, arena_reset_poisons);
+#endif
 	tcase_add_test(tc, err_one_line);
 	tcase_add_test(tc, err_escapes_hostile_names);
 	suite_add_tcase(s, tc);
