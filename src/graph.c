@@ -44,10 +44,11 @@ static NodeInfo *place(Ctx *c, Node *n, Graph *g, size_t pos)
 {
 	NodeInfo **r = (NodeInfo **)pmap_ref(&c->node, n), *k = *r;
 	if (!k) {
-		k = *r = arena_alloc(c->ia, sizeof *k);
+		/* The memo right behind the entry: walks read both. */
+		k = *r = arena_alloc(c->ia, sizeof *k + (n->n_input + n->n_output) * sizeof *k->in);
 		k->nin = n->n_input;
 		k->nout = n->n_output;
-		k->in = arena_alloc(c->ia, (k->nin + k->nout + 1) * sizeof *k->in);
+		k->in = (struct Val **)(k + 1);
 		k->out = k->in + k->nin;
 	} else if (k->g != g) {
 		/* Moved: its names are now looked up from another scope. */
@@ -126,9 +127,9 @@ static void forget_input(Ctx *c, const Node *n, size_t j)
 static void add_use(Ctx *c, Val *v, NodeInfo *k, Graph *g)
 {
 	if (v->nuse == v->capuse) {
-		size_t cap = v->capuse ? v->capuse * 2 : 1;
+		size_t cap = v->capuse ? (size_t)v->capuse * 2 : 1;
 		v->use = arena_grow(c->ia, v->use, v->nuse * sizeof *v->use, cap * sizeof *v->use);
-		v->capuse = cap;
+		v->capuse = (uint32_t)cap;
 	}
 	v->use[v->nuse++] = (Use){ k->n, g, k };
 }

@@ -50,14 +50,14 @@ typedef struct Val {
 	Node *def;      /* producer, or NULL */
 	NodeInfo *dk;   /* the producer's NodeInfo, NULL with def */
 	Tensor *init;   /* initializer, or NULL */
-	int isin;       /* graph input */
-	int isout;      /* graph output */
-	int live;       /* g_dce's mark */
+	unsigned char isin;  /* graph input */
+	unsigned char isout; /* graph output */
+	unsigned char live;  /* g_dce's mark */
 	unsigned seen;  /* g_check's mark: defined so far, tagged with Ctx.checks */
 	const Onnx__TensorShapeProto *shape; /* declared (input, output, value_info), or NULL */
 	Graph *g;       /* graph defining it */
 	Use *use;
-	size_t nuse, capuse;
+	uint32_t nuse, capuse; /* a value read 4 billion times would not fit in memory */
 	const struct Ty *ty; /* what g_infer found (src/infer.h); NULL before it runs */
 } Val;
 
