@@ -72,7 +72,8 @@ static const float *tensor_f32(Ctx *c, const Tensor *t, int64_t *n)
 	*n = g_tensor_numel(t);
 	if (!p || *n < 0 || !is_float(t->data_type))
 		return NULL;
-	WTensor w = { .name = t->name, .dtype = t->data_type, .data = p, .nbytes = nb, .ndim = 1, .dims = { *n } };
+	int64_t dims[1] = { *n };
+	WTensor w = { .name = t->name, .dtype = t->data_type, .data = p, .nbytes = nb, .ndim = 1, .dims = dims };
 	if (nb != (size_t)*n * wt_dtype_size(t->data_type))
 		return NULL;
 	if (as_f32(p, t->data_type))

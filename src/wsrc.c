@@ -121,7 +121,11 @@ int wsrc_add(WSrc *w, const WTensor *t, Err *e)
 	WTensor **slot = (WTensor **)map_ref(&w->byname, t->name);
 	if (*slot)
 		return errf(e, "tensor '%s' appears twice", t->name);
-	*slot = arena_dup(w->a, t, sizeof *t);
+	WTensor *x = *slot = arena_alloc(w->a, sizeof *x + (size_t)t->ndim * sizeof *x->dims);
+	*x = *t;
+	x->dims = (int64_t *)(x + 1);
+	if (t->ndim)
+		memcpy(x->dims, t->dims, (size_t)t->ndim * sizeof *x->dims);
 	/* Capacity is implicit: 16, then doubled each time n reaches a power of two. */
 	if (w->n == 0 || (w->n >= 16 && !(w->n & (w->n - 1))))
 		w->t = arena_grow(w->a, w->t, w->n * sizeof *w->t, (w->n ? 2 * w->n : 16) * sizeof *w->t);

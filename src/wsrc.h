@@ -19,7 +19,8 @@ typedef struct {
 	const char *name;
 	int dtype;
 	int ndim;
-	int64_t dims[WT_MAXDIM];
+	int64_t *dims;    /* ndim entries: a reader's own array until wsrc_add copies them,
+	                   * so an index of 80 000 tensors keeps no unused 8-slot arrays */
 	const void *data; /* little-endian, contiguous row-major; in a mapping or the arena;
 	                   * not necessarily aligned (safetensors offsets are arbitrary): memcpy */
 	size_t nbytes;

@@ -184,7 +184,8 @@ int wsrc_read_npz(WSrc *w, Err *e)
 		const void *d;
 		if (zip_read(&z, m, &d, e))
 			return -1;
-		WTensor t = { .name = arena_printf(w->a, "%.*s", (int)(nl - 4), m->name) };
+		int64_t dims[WT_MAXDIM];
+		WTensor t = { .name = arena_printf(w->a, "%.*s", (int)(nl - 4), m->name), .dims = dims };
 		if (npy(d, (size_t)m->usize, &t, e))
 			return errwrap(e, "member '%s'", m->name);
 		if (wsrc_add(w, &t, e))
@@ -229,7 +230,8 @@ int wsrc_read_npydir(WSrc *w, Err *e)
 		size_t len;
 		if (wsrc_mmap(w, path, &base, &len, e))
 			return -1;
-		WTensor t = { .name = arena_printf(w->a, "%.*s", (int)(strlen(names[i]) - 4), names[i]) };
+		int64_t dims[WT_MAXDIM];
+		WTensor t = { .name = arena_printf(w->a, "%.*s", (int)(strlen(names[i]) - 4), names[i]), .dims = dims };
 		if (npy(base, len, &t, e))
 			return errwrap(e, "%s", names[i]);
 		if (wsrc_add(w, &t, e))

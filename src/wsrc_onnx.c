@@ -47,7 +47,8 @@ static int typed(WSrc *w, const Onnx__TensorProto *tp, WTensor *t, int64_t n, Er
 
 static int tensor(WSrc *w, const Onnx__TensorProto *tp, const char *name, Err *e)
 {
-	WTensor t = { .name = name };
+	int64_t dims[WT_MAXDIM];
+	WTensor t = { .name = name, .dims = dims };
 	if (!name || !*name)
 		return 0; /* unnamed initializers cannot be asked for */
 	if (tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
@@ -96,7 +97,8 @@ static int node(WSrc *w, const Onnx__NodeProto *n, int depth, Err *e)
 	for (size_t i = 0; i < n->n_attribute; i++) {
 		const Onnx__AttributeProto *at = n->attribute[i];
 		const char *out = n->output[0];
-		WTensor t = { .name = out };
+		int64_t dims[1];
+		WTensor t = { .name = out, .dims = dims };
 		if (!at->name || !out || !*out)
 			continue; /* proto2 leaves absent strings NULL */
 		if (!strcmp(at->name, "value") && at->t)

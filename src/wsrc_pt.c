@@ -85,7 +85,8 @@ static void gather(const PkTensor *t, const unsigned char *src, unsigned char *d
 
 static int add(Pt *c, const char *name, const PkTensor *t, Err *e)
 {
-	WTensor wt = { .name = name, .dtype = t->dtype, .ndim = t->ndim };
+	int64_t dims[WT_MAXDIM];
+	WTensor wt = { .name = name, .dtype = t->dtype, .ndim = t->ndim, .dims = dims };
 	memcpy(wt.dims, t->size, (size_t)t->ndim * sizeof *t->size);
 	wt.nbytes = (size_t)pk_tensor_nbytes(t);
 	const unsigned char *base = t->st->data;

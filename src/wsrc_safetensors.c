@@ -49,7 +49,8 @@ static int entry(WSrc *w, const char *name, const JVal *v, const unsigned char *
 	}
 	if (!dt || !sh || !off)
 		return errf(e, "header: tensor '%s' lacks '%s'", name, !dt ? "dtype" : !sh ? "shape" : "data_offsets");
-	WTensor t = { .name = arena_strdup(w->a, name) };
+	int64_t dims[WT_MAXDIM];
+	WTensor t = { .name = arena_strdup(w->a, name), .dims = dims };
 	if (dt->type != J_STR)
 		return errf(e, "header: tensor '%s': dtype is %s, expected a string", name, json_type_name(dt->type));
 	for (size_t i = 0; i < sizeof DTYPES / sizeof *DTYPES; i++)

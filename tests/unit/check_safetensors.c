@@ -275,7 +275,8 @@ END_TEST
 
 START_TEST(dtype_numel)
 {
-	WTensor t = { .name = "t", .dtype = 1, .ndim = 3, .dims = { 2, 3, 4 } };
+	int64_t dims[3] = { 2, 3, 4 };
+	WTensor t = { .name = "t", .dtype = 1, .ndim = 3, .dims = dims };
 	ck_assert_int_eq(wt_numel(&t), 24);
 	ck_assert_int_eq(wt_nbytes(&t), 96);
 	t.dims[1] = 0;

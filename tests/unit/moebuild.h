@@ -354,7 +354,8 @@ static inline WSrc *ck_new(Arena *a)
 static inline void ck_put(WSrc *w, const char *name, int dtype, const char *dims, const float *v, size_t n)
 {
 	ck_assert_ptr_null(w->order);
-	WTensor t = { .name = arena_strdup(w->a, name), .dtype = dtype };
+	int64_t tdims[WT_MAXDIM];
+	WTensor t = { .name = arena_strdup(w->a, name), .dtype = dtype, .dims = tdims };
 	char *d[WT_MAXDIM];
 	t.ndim = (int)b_split(w->a, dims, ',', d, WT_MAXDIM);
 	int64_t numel = 1;
