@@ -74,6 +74,33 @@ expect 0 "--no-sync" -- "$BIN" -q "$top_srcdir/testdata/example/broken.onnx" \
 	--experts "$top_srcdir/testdata/example/experts.yaml" -o "$E/ns/ex.onnx" --external-data ex.bin --no-sync
 cmp -s "$E/ns/ex.onnx" "$E/ex.onnx" && cmp -s "$E/ns/ex.bin" "$E/ex.bin" || fail "--no-sync output differs"
 
+# A present expert's external tensor is checked on a sample: its last
+# value is in it (a short or shifted tensor differs there first). The last
+# value of the first weight of layer model.0's highest present expert (the
+# template, the lowest, is compared whole) is changed in a copy.
+C=$T/tail
+cp -r "$M" "$C"
+rm -f "$C"/out.onnx "$C"/inl.onnx "$C"/new.data
+"$PY" - "$C/broken.onnx" <<'PYEOF' || fail "could not corrupt the copy"
+import re, struct, sys, onnx
+m = onnx.load(sys.argv[1], load_external_data=False)
+ext = {t.name: {e.key: e.value for e in t.external_data} for t in m.graph.initializer
+       if t.data_location == onnx.TensorProto.EXTERNAL}
+convs = [(int(re.search(r"/model\.0/experts\.(\d+)/", n.name).group(1)), n.input[1])
+         for n in m.graph.node if n.op_type == "Conv" and re.search(r"/model\.0/experts\.\d+/", n.name)]
+eid = max(i for i, _ in convs)
+w = next(x for i, x in convs if i == eid and x in ext)
+d = ext[w]
+with open(sys.argv[1] + ".data", "r+b") as f:
+	f.seek(int(d.get("offset", "0")) + int(d["length"]) - 4)
+	f.write(struct.pack("<f", 1000.0))
+PYEOF
+expect 2 "a present expert's external tensor wrong in its last value" -- \
+	"$BIN" -q "$C/broken.onnx" --experts "$C/experts.yaml" -o "$C/o.onnx" &&
+	one_line_err "differs from its checkpoint"
+grep -q "differs from its checkpoint" "$T/err" || fail "want 'differs from its checkpoint': $(cat "$T/err")"
+[ ! -e "$C/o.onnx" ] || fail "refused run left o.onnx"
+
 # Refusals: one line, nothing written, the input's data untouched.
 expect 2 "--external-data over the input's data" -- \
 	"$BIN" -q "$M/broken.onnx" --experts "$M/experts.yaml" -o "$M/o2.onnx" --external-data broken.onnx.data &&
