@@ -31,7 +31,7 @@
 
 /* Blocks are chained; big requests get a block of their own so a 1 GB
  * initializer does not waste a tail of the current block. */
-enum { BLOCK = 1 << 20, ALIGN = 16, HUGE = 2 << 20 };
+enum { ALIGN = 16, HUGE = 2 << 20, FIRST = 256 << 10 };
 
 typedef struct Block Block;
 struct Block {
@@ -41,6 +41,14 @@ struct Block {
 	int mapped; /* our own mapping (munmap), else from the C allocator (free) */
 	_Alignas(16) unsigned char data[];
 };
+
+/* A standard block with its header fills one transparent huge page. Under
+ * a paravirtualised MMU (PVM) the first touch of each 4 KiB page of a
+ * block traps to the host even when the kernel populated it (6 us a page,
+ * a fifth of a 400-layer repair); a huge page populated by the kernel
+ * does not. An arena's first block is small, in 4 KiB pages: most arenas
+ * (a YAML file, a checker's run) never need a second. */
+#define BLOCK ((size_t)HUGE - sizeof(Block))
 
 struct Arena {
 	Block *head;
@@ -159,11 +167,12 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 	for (int tries = 0; !b && tries < 2; tries++) {
 		/* Zeroed memory, so arena_alloc need not zero it again: fresh
 		 * pages come zeroed from the kernel. */
-		if (cap >= 2 * HUGE) {
-			/* Big blocks (new weights) in transparent huge pages where
-			 * the kernel offers them, one fault per 2 MiB instead of 512,
-			 * and faulted in by the kernel: a memset to fault them in
-			 * wrote every byte of a 1 GB repair's weights once more. */
+		if (cap == BLOCK || cap >= 2 * HUGE) {
+			/* Standard and big blocks (new weights) in transparent huge
+			 * pages where the kernel offers them, one fault per 2 MiB
+			 * instead of 512, and faulted in by the kernel: a memset to
+			 * fault them in wrote every byte of a 1 GB repair's weights
+			 * once more. */
 			b = huge_block(sz);
 		} else {
 			/* Faulted in by the kernel in one call: a block is filled
@@ -216,7 +225,7 @@ Arena *arena_new(void)
 	Arena *a = calloc(1, sizeof *a);
 	if (!a)
 		abort();
-	a->head = block_new(a, BLOCK, 0);
+	a->head = block_new(a, FIRST, 0);
 	return a;
 }
 
