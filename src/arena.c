@@ -30,7 +30,8 @@
 #endif
 
 /* Blocks are chained; big requests get a block of their own so a 1 GB
- * initializer does not waste a tail of the current block. */
+ * initializer does not waste a tail of the current block. FIRST is no
+ * private block's size (those are past BLOCK / 4). */
 enum { ALIGN = 16, HUGE = 2 << 20, FIRST = 256 << 10 };
 
 typedef struct Block Block;
@@ -242,21 +243,33 @@ void arena_reset(Arena *a)
 {
 	free_kids(a);
 	/* Standard blocks are kept for what comes next (no new pages to
-	 * fault in); private big ones go, their size fits nothing else. */
+	 * fault in) and the first one serves it first. Private blocks
+	 * go: kept as spares they would only serve small requests,
+	 * and a new one would be made for the next big one (one 1 MiB
+	 * scratch per layer held 80 MiB on the external-data benchmark). */
+	Block *first = NULL;
 	for (Block *b = a->head, *n; b; b = n) {
 		n = b->next;
-		if (b->cap > BLOCK) {
+		if (b->cap != BLOCK && b->cap != FIRST) {
 			block_free(b);
 			continue;
 		}
 		b->dirty = b->dirty || b->used;
 		b->used = 0;
 		POISON(b->data, b->cap);
+		if (b->cap == FIRST) {
+			first = b;
+			continue;
+		}
 		b->next = a->spare;
 		a->spare = b;
 	}
-	a->head = a->spare;
-	a->spare = a->spare->next;
+	if (!first) { /* the first block is never freed: cannot happen, but stay whole */
+		first = a->spare ? a->spare : block_new(a, BLOCK, 0);
+		if (first == a->spare)
+			a->spare = first->next;
+	}
+	a->head = first;
 	a->head->next = NULL;
 	a->total = 0;
 	a->over = 0;

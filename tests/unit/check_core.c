@@ -123,6 +123,24 @@ START_TEST(arena_release_gives_back)
 }
 END_TEST
 
+/* arena_reset keeps the standard blocks and gives back the rest: a
+ * private block kept as a spare would serve only small requests while
+ * the next big one made another. */
+START_TEST(arena_reset_gives_back_private)
+{
+	Arena *a = arena_new();
+	size_t h0 = arena_held();
+	for (int i = 0; i < 4; i++) {
+		char *p = arena_alloc_raw(a, 1u << 20);
+		p[(1u << 20) - 1] = 1;
+		ck_assert_uint_ge(arena_held(), h0 + (1u << 20));
+		arena_reset(a);
+		ck_assert_uint_eq(arena_held(), h0);
+	}
+	arena_free(a);
+}
+END_TEST
+
 #if defined(__SANITIZE_ADDRESS__)
 #define TEST_ASAN 1
 #elif defined(__has_feature)
@@ -190,6 +208,7 @@ int main(void)
 	tcase_add_test(tc, arena_budget_checks);
 	tcase_add_test(tc, arena_adopt_frees_with_parent);
 	tcase_add_test(tc, arena_release_gives_back);
+	tcase_add_test(tc, arena_reset_gives_back_private);
 #ifdef TEST_ASAN
 	tcase_add_test(tc, arena_reset_poisons);
 #endif
