@@ -275,7 +275,7 @@ static const char *stack(S *s, size_t i, size_t j, const int64_t *dims, int nd, 
 	size_t ni, si;
 	const Tensor *tt = tpl_tensor(s, i, j, &ni, &si);
 	size_t es = wt_dtype_size(tt->data_type), row = (size_t)per * es;
-	unsigned char *buf = arena_alloc_raw(s->c->a, (size_t)s->E * row + 1);
+	unsigned char *buf = arena_bulk(s->c->a, (size_t)s->E * row + 1);
 	for (int id = 0; id < s->E; id++)
 		if (const_into(s, i, j, id, buf + (size_t)id * row, per))
 			return NULL;
@@ -831,7 +831,7 @@ static int groupnorm(S *s, size_t iend, Node *in)
 			const unsigned char *p = g_tensor_bytes(s->c, t, &nb, s->e);
 			if (!p)
 				return -1;
-			unsigned char *buf = arena_alloc_raw(s->c->a, nb * (size_t)s->k + 1);
+			unsigned char *buf = arena_bulk(s->c->a, nb * (size_t)s->k + 1);
 			for (int q = 0; q < s->k; q++)
 				memcpy(buf + (size_t)q * nb, p, nb);
 			int64_t d = G * s->k;

@@ -1017,7 +1017,7 @@ int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, 
 {
 	int64_t n = g_tensor_numel(t);
 	size_t es = wt_dtype_size(t->data_type);
-	void *out = arena_alloc_raw(c->a, (size_t)n * es + 1);
+	void *out = arena_bulk(c->a, (size_t)n * es + 1);
 	if (moe_build_into(c, L, r, t, id, w, out, e))
 		return -1;
 	*data = out;

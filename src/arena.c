@@ -40,6 +40,7 @@ struct Block {
 	size_t cap, used;
 	int dirty; /* bytes past `used` may be non-zero (a block reused by arena_reset) */
 	int mapped; /* our own mapping (munmap), else from the C allocator (free) */
+	size_t pop; /* a bulk block: bytes from its start populated and held; else 0 */
 	_Alignas(16) unsigned char data[];
 };
 
@@ -53,6 +54,7 @@ struct Block {
 
 struct Arena {
 	Block *head;
+	Block *bulk; /* the block arena_bulk carves from, NULL: none yet */
 	Block *spare; /* standard blocks an arena_reset emptied, served before new ones */
 	size_t total;
 	size_t over; /* first request past the budget or refused by malloc, 0: none */
@@ -123,8 +125,9 @@ static int fits(size_t n)
 #define MADV_POPULATE_WRITE 23
 #endif
 
-/* sz bytes at a 2 MiB boundary (huge pages need it), NULL on failure. */
-static Block *huge_block(size_t sz)
+/* sz bytes at a 2 MiB boundary (huge pages need it), the first pop of
+ * them populated, NULL on failure. */
+static Block *huge_block(size_t sz, size_t pop)
 {
 	size_t span = sz + HUGE;
 	if (span < sz)
@@ -140,7 +143,7 @@ static Block *huge_block(size_t sz)
 		munmap(q + end, (size_t)(p + span - (q + end)));
 	madvise(q, sz, MADV_HUGEPAGE);
 	/* A hint (Linux 5.14+): where refused, pages fault in on first use. */
-	madvise(q, sz, MADV_POPULATE_WRITE);
+	madvise(q, pop, MADV_POPULATE_WRITE);
 	Block *b = (Block *)q;
 	b->mapped = 1;
 	return b;
@@ -174,7 +177,7 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 			 * instead of 512, and faulted in by the kernel: a memset to
 			 * fault them in wrote every byte of a 1 GB repair's weights
 			 * once more. */
-			b = huge_block(sz);
+			b = huge_block(sz, sz);
 		} else {
 			/* Faulted in by the kernel in one call: a block is filled
 			 * front to back anyway, and a fault per 4 KiB page is an
@@ -203,13 +206,14 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 	b->cap = cap;
 	b->used = 0;
 	b->dirty = 0;
+	b->pop = 0;
 	return b;
 }
 
 static void block_free(Block *b)
 {
 	UNPOISON(b->data, b->cap);
-	__atomic_sub_fetch(&held, sizeof *b + b->cap, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&held, b->pop ? b->pop : sizeof *b + b->cap, __ATOMIC_RELAXED);
 	if (b->mapped)
 		munmap(b, sizeof *b + b->cap);
 	else
@@ -243,8 +247,8 @@ void arena_reset(Arena *a)
 {
 	free_kids(a);
 	/* Standard blocks are kept for what comes next (no new pages to
-	 * fault in) and the first one serves it first. Private blocks
-	 * go: kept as spares they would only serve small requests,
+	 * fault in) and the first one serves it first. Private and bulk
+	 * blocks go: kept as spares they would only serve small requests,
 	 * and a new one would be made for the next big one (one 1 MiB
 	 * scratch per layer held 80 MiB on the external-data benchmark). */
 	Block *first = NULL;
@@ -271,6 +275,7 @@ void arena_reset(Arena *a)
 	}
 	a->head = first;
 	a->head->next = NULL;
+	a->bulk = NULL;
 	a->total = 0;
 	a->over = 0;
 }
@@ -334,6 +339,49 @@ static void *alloc(Arena *a, size_t n, int checked)
 void *arena_alloc_raw(Arena *a, size_t n)
 {
 	return alloc(a, n, 0);
+}
+
+/* Address space of a bulk block, populated 2 MiB at a time as it fills,
+ * and the largest request it serves: past that, a block of its own (in
+ * huge pages too) wastes less than a bulk block's abandoned tail. */
+enum { BULK = 64 << 20, BULK_MAX = 2 * HUGE };
+
+void *arena_bulk(Arena *a, size_t n)
+{
+	size_t need = (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+	if (need < n || need > BULK_MAX)
+		return alloc(a, n, 0);
+	Block *b = a->bulk;
+	if (!b || b->cap - b->used < need) {
+		if (!fits(HUGE) && !a->over)
+			a->over = need;
+		b = huge_block(BULK, HUGE);
+		if (!b) /* the private block's way: the reserve, else abort */
+			return alloc(a, n, 0);
+		__atomic_add_fetch(&held, HUGE, __ATOMIC_RELAXED);
+		b->cap = BULK - sizeof *b;
+		b->used = 0;
+		b->dirty = 0;
+		b->pop = HUGE;
+		/* Behind the head, like a private block: the head keeps serving small requests. */
+		b->next = a->head->next;
+		a->head->next = b;
+		a->bulk = b;
+	}
+	size_t end = sizeof *b + b->used + need, pop = (end + HUGE - 1) & ~(size_t)(HUGE - 1);
+	if (pop > b->pop) {
+		size_t more = pop - b->pop;
+		if (!fits(more) && !a->over)
+			a->over = need;
+		madvise((unsigned char *)b + b->pop, more, MADV_POPULATE_WRITE);
+		__atomic_add_fetch(&held, more, __ATOMIC_RELAXED);
+		b->pop = pop;
+	}
+	void *p = b->data + b->used;
+	UNPOISON(p, need);
+	b->used += need;
+	a->total += need;
+	return p;
 }
 
 void *arena_try(Arena *a, size_t n, Err *e)
@@ -406,7 +454,7 @@ void arena_release(Arena *a, void *p, size_t n)
 	 * what comes next. */
 	for (Block **l = &a->head->next, *b; (b = *l); l = &b->next)
 		if (b->data == p) {
-			if (b->used != need)
+			if (b->used != need || b->pop)
 				return;
 			*l = b->next;
 			a->total -= need;

@@ -46,6 +46,11 @@ void arena_reset(Arena *a);
 void *arena_alloc(Arena *a, size_t n);
 /* Same, not zeroed: for buffers about to be filled whole. */
 void *arena_alloc_raw(Arena *a, size_t n);
+/* Same, for new weights: packed one after another into blocks of huge
+ * pages populated as they fill, where a 1 MiB tensor would otherwise get
+ * a block of its own in 4 KiB pages (slow to write, and to write out,
+ * under a paravirtualised MMU). Never given back by arena_release. */
+void *arena_bulk(Arena *a, size_t n);
 void *arena_dup(Arena *a, const void *p, size_t n);
 char *arena_strdup(Arena *a, const char *s);
 char *arena_printf(Arena *a, const char *fmt, ...)

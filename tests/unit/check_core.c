@@ -141,6 +141,34 @@ START_TEST(arena_reset_gives_back_private)
 }
 END_TEST
 
+/* Bulk memory: aligned, disjoint, counted as it is populated, never
+ * released one allocation at a time, given back by arena_reset. */
+START_TEST(arena_bulk_packs)
+{
+	Arena *a = arena_new();
+	size_t h0 = arena_held(), n = (1u << 20) + 1;
+	char *p[8];
+	for (int i = 0; i < 8; i++) {
+		p[i] = arena_bulk(a, n);
+		ck_assert_uint_eq((uintptr_t)p[i] % 16, 0);
+		memset(p[i], i + 1, n);
+	}
+	for (int i = 0; i < 8; i++)
+		ck_assert_msg(p[i][0] == i + 1 && p[i][n - 1] == i + 1, "bulk allocation %d overwritten", i);
+	size_t held = arena_held();
+	ck_assert_uint_ge(held, h0 + 8 * n);
+	ck_assert_uint_lt(held, h0 + 8 * n + (4u << 20)); /* populated as it fills, not the whole block */
+	arena_release(a, p[0], n);
+	ck_assert_uint_eq(arena_held(), held);
+	char *big = arena_bulk(a, 8u << 20); /* past bulk's limit: a block of its own */
+	big[(8u << 20) - 1] = 1;
+	ck_assert_uint_ge(arena_held(), held + (8u << 20));
+	arena_reset(a);
+	ck_assert_uint_eq(arena_held(), h0);
+	arena_free(a);
+}
+END_TEST
+
 #if defined(__SANITIZE_ADDRESS__)
 #define TEST_ASAN 1
 #elif defined(__has_feature)
@@ -209,6 +237,7 @@ int main(void)
 	tcase_add_test(tc, arena_adopt_frees_with_parent);
 	tcase_add_test(tc, arena_release_gives_back);
 	tcase_add_test(tc, arena_reset_gives_back_private);
+	tcase_add_test(tc, arena_bulk_packs);
 #ifdef TEST_ASAN
 	tcase_add_test(tc, arena_reset_poisons);
 #endif
