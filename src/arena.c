@@ -299,6 +299,16 @@ void arena_free(Arena *a)
 	free(a);
 }
 
+/* need bytes (aligned already) from the free space of b. */
+static void *carve(Arena *a, Block *b, size_t need)
+{
+	void *p = b->data + b->used;
+	UNPOISON(p, need);
+	b->used += need;
+	a->total += need;
+	return p;
+}
+
 static void *alloc(Arena *a, size_t n, int checked)
 {
 	size_t need = (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
@@ -314,11 +324,9 @@ static void *alloc(Arena *a, size_t n, int checked)
 			Block *big = block_new(a, need, checked);
 			if (!big)
 				return NULL;
-			big->used = need;
 			big->next = b->next;
 			b->next = big;
-			a->total += need;
-			return big->data;
+			return carve(a, big, need);
 		}
 		if (a->spare) {
 			b = a->spare;
@@ -329,11 +337,7 @@ static void *alloc(Arena *a, size_t n, int checked)
 		b->next = a->head;
 		a->head = b;
 	}
-	void *p = b->data + b->used;
-	UNPOISON(p, need);
-	b->used += need;
-	a->total += need;
-	return p;
+	return carve(a, b, need);
 }
 
 void *arena_alloc_raw(Arena *a, size_t n)
@@ -377,11 +381,7 @@ void *arena_bulk(Arena *a, size_t n)
 		__atomic_add_fetch(&held, more, __ATOMIC_RELAXED);
 		b->pop = pop;
 	}
-	void *p = b->data + b->used;
-	UNPOISON(p, need);
-	b->used += need;
-	a->total += need;
-	return p;
+	return carve(a, b, need);
 }
 
 void *arena_try(Arena *a, size_t n, Err *e)
