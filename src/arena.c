@@ -498,7 +498,10 @@ static void *pb_alloc(void *ud, size_t n)
 	 * would show in the benchmark. It also handles NULL (the unpack
 	 * fails), so the budget is checked here for every allocation. */
 	Arena *a = ud;
-	void *p = alloc(a, n, 1);
+	/* A tensor's bytes (past a quarter block, up to bulk's limit) go to
+	 * bulk blocks, in huge pages: the unpack's copy into them, the
+	 * checks' reads and the save's write() of 4 KiB pages were slow. */
+	void *p = n > BLOCK / 4 && n <= BULK_MAX ? (fits(n) ? arena_bulk(a, n) : NULL) : alloc(a, n, 1);
 	if (!p && !a->over)
 		a->over = n;
 	return p;
