@@ -78,6 +78,11 @@ static const char *clone_name(Ctx *c, const Layer *L, const Node *s, const char 
 	return arena_printf(c->tmp, "/%s%s%s/%s", scope, n ? "/" : "", full + n + (n ? 1 : 0), s->op_type);
 }
 
+/* New tensors from this size on are built when the model is written
+ * (moe_build_later): below it, a record per tensor costs more than the
+ * data, and a graph of tiny experts has tens of thousands of them. */
+enum { LATER_MIN = 16 << 10 };
+
 static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m, int id,
 				WSrc *w, Err *e)
 {
@@ -93,16 +98,24 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 		if (r->kind == R_SHARED)
 			continue;
 		const Tensor *t = g_const(tpl->g, r->tname);
-		void *data;
-		size_t nb;
-		if (moe_build(c, L, r, t, id, w, &data, &nb, e))
-			return NULL;
 		/* On the stack: g_add_init keeps its own copy. */
 		const char *key = moe_recipe_key(c->tmp, r);
 		char kb[256];
 		int kn = snprintf(kb, sizeof kb, "%s%s", pre, key);
 		const char *name = kn >= 0 && (size_t)kn < sizeof kb ? kb : arena_printf(c->tmp, "%s%s", pre, key);
-		Tensor *nt = g_add_init(c, c->g, name, t->data_type, t->dims, t->n_dims, data, nb);
+		size_t nb = (size_t)g_tensor_numel(t) * wt_dtype_size(t->data_type);
+		Tensor *nt;
+		if (nb >= LATER_MIN) {
+			Later *l = moe_build_later(c, L, r, t, id, w, e);
+			if (!l)
+				return NULL;
+			nt = g_add_init_later(c, c->g, name, t->data_type, t->dims, t->n_dims, nb, l);
+		} else {
+			void *data;
+			if (moe_build(c, L, r, t, id, w, &data, &nb, e))
+				return NULL;
+			nt = g_add_init(c, c->g, name, t->data_type, t->dims, t->n_dims, data, nb);
+		}
 		over[r->node][r->input] = nt->name;
 	}
 	Map ren;

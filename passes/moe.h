@@ -129,6 +129,9 @@ int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, 
 /* The same into dst (numel x element size bytes): a stack of every
  * expert's tensor is written in place. */
 int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, void *dst, Err *e);
+/* The same checked now and built when the model is written (Later, see
+ * graph.h): for g_add_init_later. w must stay open until then. */
+Later *moe_build_later(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, Err *e);
 
 int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
 /* The sparse dispatch (sparse.c): 1 rewritten, 0 the layer has a form the

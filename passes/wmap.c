@@ -83,7 +83,8 @@ static const float *tensor_f32(Ctx *c, const Tensor *t, int64_t *n)
 }
 
 typedef struct {
-	Ctx *c;
+	Ctx *c;     /* NULL when building at save time */
+	Arena *ta;  /* where the cache, tmp and long keys go */
 	WSrc *w;
 	Map cache;  /* key -> f32 copy, for keys not f32 in place */
 	float *tmp; /* scratch for rebuilds that are compared, then dropped */
@@ -109,7 +110,7 @@ static const char *kbuf(Src *s, const char *fmt, ...)
 	if (n >= 0 && (size_t)n < sizeof s->kb[0])
 		return b;
 	va_start(ap, fmt);
-	char *x = arena_alloc(s->c->tmp, (size_t)n + 1);
+	char *x = arena_alloc(s->ta, (size_t)n + 1);
 	vsnprintf(x, (size_t)n + 1, fmt, ap);
 	va_end(ap);
 	return x;
@@ -145,7 +146,7 @@ static float *scratch(Src *s, int64_t n)
 {
 	if ((size_t)n > s->ntmp) {
 		s->ntmp = (size_t)n;
-		s->tmp = arena_alloc_raw(s->c->tmp, s->ntmp * sizeof *s->tmp + 1);
+		s->tmp = arena_alloc_raw(s->ta, s->ntmp * sizeof *s->tmp + 1);
 	}
 	return s->tmp;
 }
@@ -174,7 +175,7 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 		return NULL;
 	if (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 || t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
 		s->lowp = 1;
-	f = arena_alloc_raw(s->c->tmp, (size_t)*n * sizeof *f + 1);
+	f = arena_alloc_raw(s->ta, (size_t)*n * sizeof *f + 1);
 	Err e;
 	if (wt_to_f32(t, f, &e))
 		return NULL;
@@ -218,15 +219,31 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 	return 0;
 }
 
+/* A key rebuild reads whole; dry, only looked up (any non-NULL pointer
+ * says it is there, a float tensor of *n elements): a tensor built at
+ * save time is checked at repair time without reading its weights. */
+static const float *key_use(Src *s, const char *key, int64_t *n, int dry)
+{
+	static const float there[1];
+	if (!dry)
+		return key_whole(s, key, n);
+	const WTensor *t = wsrc_get(s->w, key);
+	if (!t || !is_float(t->dtype) || (*n = wt_numel(t)) < 0)
+		return NULL;
+	return there;
+}
+
 /* Rebuilds a recipe's tensor for the expert whose keys start with pre:
  * folds are written to out (want floats), a tensor taken as it is comes
- * back in place. */
+ * back in place. out NULL: a dry run, which says whether it would
+ * succeed (non-NULL) but reads only the small BatchNorm statistics. */
 static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t want, float *out, Err *e)
 {
 	int64_t n = 0;
+	int dry = !out;
 	if (r->kind == R_NAME || r->kind == R_VALUE) {
 		const char *k = kbuf(s, "%s%s", pre, r->rest);
-		const float *f = key_whole(s, k, &n);
+		const float *f = key_use(s, k, &n, dry);
 		if (!f) {
 			errf(e, "no tensor '%s' in %s", k, s->w->path);
 			return NULL;
@@ -241,11 +258,13 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	if (r->kind == R_TRANS) {
 		const char *k = kbuf(s, "%s%s", pre, r->rest);
 		const WTensor *kt = wsrc_get(s->w, k);
-		const float *f = kt && kt->ndim == 2 ? key_whole(s, k, &n) : NULL;
+		const float *f = kt && kt->ndim == 2 ? key_use(s, k, &n, dry) : NULL;
 		if (!f || n != want) {
 			errf(e, "no 2-D tensor '%s' of %lld elements in %s", k, (long long)want, s->w->path);
 			return NULL;
 		}
+		if (dry)
+			return f;
 		int64_t rows = kt->dims[0], cols = kt->dims[1]; /* the key [rows,cols] is the template [cols,rows] */
 		for (int64_t i = 0; i < cols; i++)
 			for (int64_t j = 0; j < rows; j++)
@@ -259,11 +278,13 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	}
 	if (r->kind == R_FOLD_W) {
 		const char *k = kbuf(s, "%s%s", pre, r->rest);
-		const float *w = key_whole(s, k, &n);
+		const float *w = key_use(s, k, &n, dry);
 		if (!w || n != want || bn.n <= 0 || want % bn.n) {
 			errf(e, "no Conv weight '%s' of %lld elements in %s", k, (long long)want, s->w->path);
 			return NULL;
 		}
+		if (dry)
+			return w;
 		int64_t per = want / bn.n;
 		for (int64_t o = 0; o < bn.n; o++) {
 			/* f32 like the exporter's own fold. */
@@ -290,6 +311,8 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 		     (long long)want);
 		return NULL;
 	}
+	if (dry)
+		return bn.var;
 	for (int64_t o = 0; o < bn.n; o++) {
 		double sc = (bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps);
 		out[o] = (float)((bn.b ? bn.b[o] : 0.0) + ((b ? b[o] : 0.0) - bn.mu[o]) * sc);
@@ -587,7 +610,7 @@ static int verify(Src *s, const Layer *L, const Expert *tpl, const Expert *q, co
 static int same_for_missing(Src *s, const Layer *L, const Recipe *a, const Recipe *b, int64_t n)
 {
 	Err e;
-	float *x = arena_alloc_raw(s->c->tmp, (size_t)n * sizeof *x + 1);
+	float *x = arena_alloc_raw(s->ta, (size_t)n * sizeof *x + 1);
 	for (int id = 0; id < L->spec->experts; id++) {
 		int present = 0;
 		for (size_t k = 0; k < L->nex; k++)
@@ -871,7 +894,7 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
  * hold tpl's tensors in the checkpoint. */
 static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, int clones, Err *e)
 {
-	Src s = { .c = c, .w = w };
+	Src s = { .c = c, .ta = c->tmp, .w = w };
 	map_init(&s.cache, c->tmp, 64);
 	if (clones && same_structure(&s, L, tpl, e))
 		return -1;
@@ -1012,6 +1035,66 @@ static int fits_template(Ctx *c, const Layer *L, const Recipe *r, const char *pr
 	return 0;
 }
 
+/* The n elements recipe r rebuilds for the expert at pre, in dtype, to out. */
+static int produce(Src *s, const Recipe *r, const char *pre, int64_t n, int dtype, unsigned char *out, Err *e)
+{
+	/* f32 models: folds go straight into the new tensor. */
+	int direct = dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+	const float *f = rebuild(s, r, pre, n, direct ? (float *)out : scratch(s, n), e);
+	if (!f)
+		return -1;
+	if (direct) {
+		if (f != (const float *)out)
+			memcpy(out, f, (size_t)n * 4);
+		return 0;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		switch (dtype) {
+		case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: {
+			double d = f[i];
+			memcpy(out + 8 * i, &d, 8);
+			break;
+		}
+		case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: {
+			uint16_t h = wt_f32_to_f16(f[i]);
+			memcpy(out + 2 * i, &h, 2);
+			break;
+		}
+		case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: {
+			uint16_t h = wt_f32_to_bf16(f[i]);
+			memcpy(out + 2 * i, &h, 2);
+			break;
+		}
+		}
+	}
+	return 0;
+}
+
+/* Everything rebuilding expert id's tensor t can find wrong before
+ * reading its weights; *pre its key prefix (in pb when it fits). */
+static int build_check(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, char *pb,
+		       size_t cap, const char **pre, Err *e)
+{
+	*pre = key_prefix_in(c, L, id, pb, cap);
+	/* The checkpoint's values go to a float template in its own type. */
+	if (!is_float(t->data_type))
+		return errf(e, "layer %s: template tensor '%s' has type %s, which cannot be rebuilt from a checkpoint",
+			    L->scope, t->name, wt_dtype_name(t->data_type));
+	if (fits_template(c, L, r, *pre, w, e))
+		return errwrap(e, "layer %s: expert %d", L->scope, id);
+	return 0;
+}
+
+/* A failed rebuild says what is there: the usual cause is a wrong prefix
+ * or pattern. */
+static int build_failed(Ctx *c, const Layer *L, int id, WSrc *w, const char *pre, Err *e)
+{
+	errwrap(e, "layer %s: expert %d", L->scope, id);
+	size_t len = strlen(e->msg);
+	snprintf(e->msg + len, sizeof e->msg - len, " (keys under '%s': %s)", pre, keys_under(c, w, pre));
+	return -1;
+}
+
 int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w,
 	      void **data, size_t *nbytes, Err *e)
 {
@@ -1029,53 +1112,49 @@ int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int
 {
 	/* The cache starts empty and unallocated: f32 checkpoints never
 	 * use it, and this runs once per new tensor. */
-	Src s = { .c = c, .w = w, .cache = { .a = c->tmp } };
-	int64_t n = g_tensor_numel(t);
+	Src s = { .c = c, .ta = c->tmp, .w = w, .cache = { .a = c->tmp } };
 	char pb[256];
-	const char *pre = key_prefix_in(c, L, id, pb, sizeof pb);
-	if (fits_template(c, L, r, pre, w, e))
-		return errwrap(e, "layer %s: expert %d", L->scope, id);
-	size_t es = wt_dtype_size(t->data_type);
-	unsigned char *out = dst;
-	/* f32 models: folds go straight into the new tensor. */
-	int direct = t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-	const float *f = rebuild(&s, r, pre, n, direct ? (float *)out : scratch(&s, n), e);
-	if (!f) {
-		errwrap(e, "layer %s: expert %d", L->scope, id);
-		/* Say what is there: the usual cause is a wrong prefix or pattern. */
-		size_t len = strlen(e->msg);
-		snprintf(e->msg + len, sizeof e->msg - len, " (keys under '%s': %s)", pre, keys_under(c, w, pre));
+	const char *pre;
+	if (build_check(c, L, r, t, id, w, pb, sizeof pb, &pre, e))
 		return -1;
-	}
-	if (direct) {
-		if (f != (const float *)out)
-			memcpy(out, f, (size_t)n * es);
-		return 0;
-	}
-	for (int64_t i = 0; i < n; i++) {
-		switch (t->data_type) {
-		case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
-			memcpy(out + 4 * i, &f[i], 4);
-			break;
-		case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: {
-			double d = f[i];
-			memcpy(out + 8 * i, &d, 8);
-			break;
-		}
-		case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: {
-			uint16_t h = wt_f32_to_f16(f[i]);
-			memcpy(out + 2 * i, &h, 2);
-			break;
-		}
-		case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: {
-			uint16_t h = wt_f32_to_bf16(f[i]);
-			memcpy(out + 2 * i, &h, 2);
-			break;
-		}
-		default:
-			return errf(e, "layer %s: template tensor '%s' has type %s, which cannot be rebuilt from a checkpoint",
-				    L->scope, t->name, wt_dtype_name(t->data_type));
-		}
-	}
+	if (produce(&s, r, pre, g_tensor_numel(t), t->data_type, dst, e))
+		return build_failed(c, L, id, w, pre, e);
 	return 0;
+}
+
+/* A tensor moe_build_later checked, built when the model is written. */
+typedef struct {
+	Later l;
+	Recipe r;
+	WSrc *w; /* open until then: the pipeline hands it to the model */
+	const char *pre, *scope;
+	int64_t n;
+	int dtype, id;
+} Build;
+
+static int build_fill(const Later *l, void *dst, Arena *tmp, Err *e)
+{
+	const Build *b = (const Build *)l;
+	Src s = { .ta = tmp, .w = b->w, .cache = { .a = tmp } };
+	if (produce(&s, &b->r, b->pre, b->n, b->dtype, dst, e))
+		return errwrap(e, "layer %s: expert %d", b->scope, b->id);
+	return 0;
+}
+
+Later *moe_build_later(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, Err *e)
+{
+	Src s = { .c = c, .ta = c->tmp, .w = w, .cache = { .a = c->tmp } };
+	char pb[256];
+	const char *pre;
+	int64_t n = g_tensor_numel(t);
+	if (build_check(c, L, r, t, id, w, pb, sizeof pb, &pre, e))
+		return NULL;
+	if (!rebuild(&s, r, pre, n, NULL, e)) {
+		build_failed(c, L, id, w, pre, e);
+		return NULL;
+	}
+	Build *b = arena_alloc(c->a, sizeof *b);
+	*b = (Build){ .l.fill = build_fill, .r = *r, .w = w, .pre = pre == pb ? arena_strdup(c->a, pb) : pre,
+		      .scope = L->scope, .n = n, .dtype = t->data_type, .id = id };
+	return &b->l;
 }

@@ -416,7 +416,7 @@ const void *g_tensor_data(const Tensor *t, size_t *nbytes)
 		return NULL;
 	if (t->has_raw_data) {
 		*nbytes = t->raw_data.len;
-		return t->raw_data.data;
+		return g_is_later(t) ? NULL : t->raw_data.data;
 	}
 	/* Typed fields of the types whose wire form is their memory form. */
 	switch (t->data_type) {
@@ -439,8 +439,29 @@ const void *g_tensor_data(const Tensor *t, size_t *nbytes)
 	return NULL;
 }
 
+/* A pass reading a tensor another layer's repair made: rare, so found by
+ * a scan. */
+static const void *fill_now(Ctx *c, const Tensor *t, size_t *nbytes, Err *e)
+{
+	for (size_t i = 0; i < c->nlater; i++) {
+		Later *l = c->later[i];
+		if (l->t != t)
+			continue;
+		void *p = arena_bulk(c->a, t->raw_data.len);
+		if (l->fill(l, p, c->tmp, e))
+			return NULL;
+		l->t->raw_data.data = p;
+		*nbytes = t->raw_data.len;
+		return p;
+	}
+	errf(e, "tensor '%s' has no values yet and nothing to fill it; please report this model", t->name ? t->name : "");
+	return NULL;
+}
+
 const void *g_tensor_bytes(Ctx *c, const Tensor *t, size_t *nbytes, Err *e)
 {
+	if (g_is_later(t))
+		return fill_now(c, t, nbytes, e);
 	const void *p = g_tensor_data(t, nbytes);
 	if (p || !(t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
 		return p;
@@ -669,6 +690,20 @@ Tensor *g_add_init(Ctx *c, Graph *g, const char *name, int dtype,
 	Err e;
 	Val *v = def_val(c, g, t->name, &e);
 	v->init = t;
+	return t;
+}
+
+Tensor *g_add_init_later(Ctx *c, Graph *g, const char *name, int dtype, const int64_t *dims, size_t ndims,
+			 size_t nbytes, Later *l)
+{
+	Tensor *t = g_add_init(c, g, name, dtype, dims, ndims, NULL, nbytes);
+	l->t = t;
+	if (c->nlater == c->caplater) {
+		size_t cap = c->caplater ? c->caplater * 2 : 64;
+		c->later = arena_grow(c->a, c->later, c->nlater * sizeof *c->later, cap * sizeof *c->later);
+		c->caplater = cap;
+	}
+	c->later[c->nlater++] = l;
 	return t;
 }
 

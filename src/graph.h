@@ -74,6 +74,17 @@ struct Graph {
 	size_t capnode, capinit; /* capacities of gp->node / gp->initializer when grown by us */
 };
 
+/* An initializer whose values are written when the model is saved: a
+ * repair's new weights go from the checkpoint through one reused buffer
+ * into the output, not through fresh memory (which the kernel zeroes and
+ * the save then copies: a gigabyte each on a large model). fill writes
+ * the tensor's raw_data.len bytes to dst; tmp is scratch, emptied after. */
+typedef struct Later Later;
+struct Later {
+	int (*fill)(const Later *l, void *dst, Arena *tmp, Err *e);
+	Tensor *t;
+};
+
 typedef struct {
 	Arena *a;
 	Onnx__ModelProto *m;
@@ -97,6 +108,8 @@ typedef struct {
 	 * file); set after g_init by whoever loaded the model, NULL: unreadable. */
 	int (*ext)(void *ud, const Tensor *t, const void **p, size_t *n, Err *e);
 	void *ext_ud;
+	Later **later;   /* g_add_init_later's, in creation order, for the saver */
+	size_t nlater, caplater;
 } Ctx;
 
 /* Builds the index; errors on values produced twice in one scope. */
@@ -135,11 +148,14 @@ long g_const_ints(const Graph *g, const char *name, int64_t *out, size_t max);
 /* 1 when every element of a constant (or ConstantOfShape fill) is zero. */
 int g_is_zero(const Graph *g, const char *name);
 /* Bytes of a tensor's data in raw little-endian form (raw_data or the typed
- * field); NULL for external data. */
+ * field); NULL for external data and for a tensor filled at save time
+ * (g_add_init_later), whose values are unknown to a reader that cannot
+ * wait for them. */
 const void *g_tensor_data(const Tensor *t, size_t *nbytes);
 int64_t g_tensor_numel(const Tensor *t);
-/* g_tensor_data, and external data through c->ext. NULL (e filled for
- * external data) when unreadable. */
+/* g_tensor_data, external data through c->ext, and a tensor filled at
+ * save time filled now (into c->a, for good). NULL (e filled) when
+ * unreadable. */
 const void *g_tensor_bytes(Ctx *c, const Tensor *t, size_t *nbytes, Err *e);
 
 /* Mutation API. Names handed in are copied into the arena. The index
@@ -163,6 +179,16 @@ void g_put_attr_i(Ctx *c, Node *n, const char *name, int64_t v);
 Node *g_clone_node(Ctx *c, Graph *g, const Node *src);
 Tensor *g_add_init(Ctx *c, Graph *g, const char *name, int dtype,
 		   const int64_t *dims, size_t ndims, const void *data, size_t nbytes);
+/* An initializer of nbytes of raw data that l->fill writes at save time
+ * (l->t is set here); the saver finds it in c->later. Until then its
+ * raw_data is (NULL, nbytes). */
+Tensor *g_add_init_later(Ctx *c, Graph *g, const char *name, int dtype,
+			 const int64_t *dims, size_t ndims, size_t nbytes, Later *l);
+/* A tensor g_add_init_later made whose values are not there yet. */
+static inline int g_is_later(const Tensor *t)
+{
+	return t->has_raw_data && !t->raw_data.data && t->raw_data.len;
+}
 Tensor *g_add_init_i64(Ctx *c, Graph *g, const char *base, const int64_t *v,
 		       size_t n, int scalar);
 /* Makes every consumer (in any graph) of `from` read `to`. Graph outputs

@@ -385,7 +385,8 @@ static int norm_axis(int64_t a, int r)
 static int tensor_ints(const Tensor *t, int64_t *out, int64_t n)
 {
 	int dt = t->has_data_type ? t->data_type : 0;
-	if (!elem_is_int(dt) || (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
+	if (!elem_is_int(dt) || g_is_later(t) ||
+	    (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
 		return -1;
 	size_t es = elem_size(dt);
 	if (t->has_raw_data) {

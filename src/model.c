@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "afile.h"
+#include "graph.h"
 
 /* Deep enough for any real ONNX nesting (each If/Loop level costs three
  * message levels); bounded so a crafted file cannot exhaust the stack in
@@ -572,6 +573,12 @@ void model_drop(Model *md)
 
 void model_close(Model *md)
 {
+	if (md->lbase)
+		munmap(md->lbase, md->llen);
+	md->lbase = NULL;
+	if (md->done)
+		md->done(md->done_ud);
+	md->done = NULL;
 	for (size_t i = 0; i < md->ext.cap; i++) {
 		ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
 		if (x && x->mapped && x->len)
@@ -640,18 +647,134 @@ int model_tensor_data(Model *md, const Onnx__TensorProto *t, const void **p, siz
 
 typedef struct {
 	ProtobufCBuffer base;
+	const Model *md;
 	AFile *f;
 	Progress *pg;
 	const char *what;
 	unsigned long long total;
+	/* Filling later tensors: one buffer, reused (it stays in cache, and
+	 * no fresh page is zeroed per tensor), and scratch emptied after each. */
+	Arena *a, *tmp;
+	unsigned char *buf;
+	size_t cap, filled; /* filled: bytes since the last md->drop */
+	Err *e;
+	int failed;
 } Sink;
+
+/* Each later tensor (graph.h) still to be filled gets a distinct address
+ * in a reserved range nothing can read: the packer hands that address to
+ * the sink, which fills the tensor there; a reader that does not know
+ * faults instead of writing garbage. Once per model: a second save finds
+ * them placed. */
+static int place_later(Model *md, Err *e)
+{
+	size_t total = 0, n = 0;
+	for (size_t i = 0; i < md->nlater; i++)
+		if (g_is_later(md->later[i]->t)) {
+			total += md->later[i]->t->raw_data.len;
+			n++;
+		}
+	if (!n)
+		return 0;
+	void *b = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (b == MAP_FAILED)
+		return errf(e, "%s: cannot reserve %zu bytes of address space for the new weights: %s", md->path, total,
+			    strerror(errno));
+	md->lbase = b;
+	md->llen = total;
+	md->placed = arena_alloc(md->a, n * sizeof *md->placed);
+	size_t off = 0;
+	for (size_t i = 0; i < md->nlater; i++) {
+		Tensor *t = md->later[i]->t;
+		if (!g_is_later(t))
+			continue;
+		t->raw_data.data = md->lbase + off;
+		off += t->raw_data.len;
+		md->placed[md->nplaced++] = md->later[i];
+	}
+	return 0;
+}
+
+static const Later *placed_at(const Model *md, const uint8_t *p)
+{
+	size_t lo = 0, hi = md->nplaced;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const uint8_t *q = md->placed[mid]->t->raw_data.data;
+		if (q == p)
+			return md->placed[mid];
+		if (q < p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+enum { FILL_DROP = 8 << 20 };
+
+/* n bytes at p to the file; a placeholder is filled first. */
+static void put(Sink *s, const uint8_t *p, size_t n)
+{
+	const Model *md = s->md;
+	if (n && md->lbase && p >= md->lbase && p < md->lbase + md->llen) {
+		const Later *l = placed_at(md, p);
+		if (s->failed)
+			return;
+		if (!l || l->t->raw_data.len != n) {
+			s->failed = errf(s->e, "%s: internal error: new weights without their tensor; please report this model",
+					 md->path);
+			return;
+		}
+		if (n > s->cap) {
+			if (!(s->buf = arena_try(s->a, n, s->e))) {
+				s->failed = errwrap(s->e, "%s: writing tensor '%s'", md->path, l->t->name);
+				return;
+			}
+			s->cap = n;
+		}
+		int rc = l->fill(l, s->buf, s->tmp, s->e);
+		if (!rc)
+			rc = arena_check(s->tmp, s->e);
+		arena_reset(s->tmp);
+		if (rc) {
+			s->failed = -1;
+			return;
+		}
+		p = s->buf;
+		if (md->drop && (s->filled += n) >= FILL_DROP) {
+			md->drop(md->done_ud);
+			s->filled = 0;
+		}
+	}
+	afile_write(s->f, p, n);
+}
 
 static void sink_append(ProtobufCBuffer *b, size_t n, const uint8_t *p)
 {
 	Sink *s = (Sink *)b;
-	afile_write(s->f, p, n);
+	put(s, p, n);
 	if (s->pg)
 		progress_step(s->pg, s->what, s->f->written, s->total, "MiB");
+}
+
+/* A sink for f; sink_end frees what it made. */
+static int sink_start(Sink *s, const Model *md, AFile *f, Err *e)
+{
+	*s = (Sink){ .base.append = sink_append, .md = md, .f = f, .pg = md->progress, .e = e };
+	if (!md->nplaced)
+		return 0;
+	if (!(s->a = arena_new()) || !(s->tmp = arena_new())) {
+		arena_free(s->a);
+		return errf(e, "%s: out of memory", md->path);
+	}
+	return 0;
+}
+
+static void sink_end(Sink *s)
+{
+	arena_free(s->a);
+	arena_free(s->tmp);
 }
 
 static int same_file(const struct stat *a, const struct stat *b)
@@ -810,16 +933,16 @@ static void pack(const Model *md, const Plan *p, ProtobufCBuffer *b)
 	protobuf_c_message_pack_to_buffer(&p->tail.base, b);
 }
 
-static int save_planned(const Model *md, const Plan *p, const char *out, int flags, Err *e);
+static int save_planned(Model *md, const Plan *p, const char *out, int flags, Err *e);
 
-int model_save(const Model *md, const char *out, int flags, Err *e)
+int model_save(Model *md, const char *out, int flags, Err *e)
 {
 	Plan p;
 	plan(md, &p);
 	return save_planned(md, &p, out, flags, e);
 }
 
-static int save_planned(const Model *md, const Plan *p, const char *out, int flags, Err *e)
+static int save_planned(Model *md, const Plan *p, const char *out, int flags, Err *e)
 {
 	size_t n = p->total;
 	if (n > INT32_MAX)
@@ -843,13 +966,25 @@ static int save_planned(const Model *md, const Plan *p, const char *out, int fla
 		if (md->ext.len && ext_portable(md, out, e) < 0)
 			return -1;
 	}
+	if (place_later(md, e))
+		return -1;
 	AFile f;
 	if (afile_open(&f, out, 0, e) < 0)
 		return -1;
 	f.nosync = !!(flags & SAVE_NO_SYNC);
-	Sink s = { .base.append = sink_append, .f = &f, .pg = md->progress,
-		   .what = arena_printf(md->a, "writing %s", out), .total = n };
+	Sink s;
+	if (sink_start(&s, md, &f, e)) {
+		afile_abort(&f);
+		return -1;
+	}
+	s.what = arena_printf(md->a, "writing %s", out);
+	s.total = n;
 	pack(md, p, &s.base);
+	sink_end(&s);
+	if (s.failed) {
+		afile_abort(&f);
+		return -1;
+	}
 	if (!f.err && f.written != n) {
 		afile_abort(&f);
 		return errf(e, "%s: packed %llu bytes, expected %zu; nothing written", out, f.written, n);
@@ -922,10 +1057,17 @@ int model_save_as(Model *md, const char *out, const char *data, int flags, Err *
 		if (stat(md->path, &si) == 0 && st.st_dev == si.st_dev && st.st_ino == si.st_ino)
 			return errf(e, "%s: is the input model; choose another --external-data name", path);
 	}
+	if (place_later(md, e))
+		return -1;
 	AFile f;
 	if (afile_open(&f, path, 0666, e) < 0)
 		return -1;
 	f.nosync = !!(flags & SAVE_NO_SYNC);
+	Sink s;
+	if (sink_start(&s, md, &f, e)) {
+		afile_abort(&f);
+		return -1;
+	}
 	static const unsigned char zero[EXT_ALIGN];
 	size_t nmoved = 0;
 	for (size_t i = 0; i < g->n_initializer; i++) {
@@ -934,7 +1076,9 @@ int model_save_as(Model *md, const char *out, const char *data, int flags, Err *
 			continue;
 		unsigned long long off = (f.written + EXT_ALIGN - 1) / EXT_ALIGN * EXT_ALIGN;
 		afile_write(&f, zero, (size_t)(off - f.written));
-		afile_write(&f, t->raw_data.data, t->raw_data.len);
+		put(&s, t->raw_data.data, t->raw_data.len);
+		if (s.failed)
+			break;
 		if (md->progress)
 			progress_step(md->progress, "writing external data, tensor", nmoved + 1, g->n_initializer, NULL);
 		Onnx__StringStringEntryProto **kv = arena_alloc(md->a, 3 * sizeof *kv);
@@ -949,6 +1093,11 @@ int model_save_as(Model *md, const char *out, const char *data, int flags, Err *
 		t->raw_data.len = 0;
 		t->raw_data.data = NULL;
 		nmoved++;
+	}
+	sink_end(&s);
+	if (s.failed) {
+		afile_abort(&f);
+		return -1;
 	}
 	if (afile_commit(&f, e) < 0)
 		return -1;

@@ -19,6 +19,20 @@ typedef struct {
 	Map ext;          /* external data: location -> its mapping (ExtFile), made on demand */
 	int next;         /* tensors with data_location EXTERNAL */
 	Progress *progress; /* model_save reports bytes written to it; NULL: none */
+	/* Tensors whose values the save writes (graph.h's Later), set by whoever
+	 * made them; done(done_ud) runs at model_close, after the last save:
+	 * what the fills read stays open until then. drop(done_ud), when set,
+	 * runs after every few MiB filled: the fills' sources let go of the
+	 * pages read so far, so resident memory stays small. */
+	struct Later **later;
+	size_t nlater;
+	void (*done)(void *ud);
+	void (*drop)(void *ud);
+	void *done_ud;
+	unsigned char *lbase; /* their placeholders' reserved range (model.c) */
+	size_t llen;
+	struct Later **placed; /* by placeholder address */
+	size_t nplaced;
 } Model;
 
 /* Refuses what is not a ModelProto with a graph (with the byte offset where
@@ -31,8 +45,8 @@ int model_load(Model *md, const char *path, Arena *a, Err *e);
  * crafted file cannot exhaust the stack. For any reader unpacking a
  * ModelProto; the message says where it breaks (no file name). */
 int model_wire_check(const void *p, size_t n, Err *e);
-/* Unmaps the external data mappings model_tensor_data made. The arena (and
- * so the protobuf) is the caller's. */
+/* Unmaps the external data mappings model_tensor_data made and runs done.
+ * The arena (and so the protobuf) is the caller's. */
 void model_close(Model *md);
 
 enum {
@@ -45,7 +59,7 @@ enum {
  * relative location: writing to another folder is refused unless each
  * data file there is the same file as, or a byte-identical copy of, the
  * one beside the input. Nothing is left behind on failure. */
-int model_save(const Model *md, const char *out, int flags, Err *e);
+int model_save(Model *md, const char *out, int flags, Err *e);
 /* model_save, with the inline data (>= 1 KiB) of the main graph's
  * initializers moved to the external file `data`, a location relative to
  * out's folder, at 4 KiB-aligned offsets; tensors already external keep

@@ -188,6 +188,26 @@ static void report_layer(Arena *a, const Layer *L, LayerReport *lr)
 	lr->inserted = arena_alloc(a, ((size_t)L->spec->experts + 1) * sizeof *lr->inserted);
 }
 
+/* The sources later tensors read, closed by model_close after the save. */
+typedef struct {
+	Open *o;
+	size_t n;
+} Kept;
+
+static void close_kept(void *p)
+{
+	Kept *k = p;
+	for (size_t i = 0; i < k->n; i++)
+		wsrc_close(k->o[i].w);
+}
+
+static void drop_kept(void *p)
+{
+	Kept *k = p;
+	for (size_t i = 0; i < k->n; i++)
+		wsrc_drop(k->o[i].w);
+}
+
 int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 {
 	Ctx c;
@@ -327,6 +347,17 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 			goto out;
 	}
 	ret = 0;
+	if (c.nlater) {
+		/* The new weights are read when the model is written. */
+		Kept *k = arena_alloc(md->a, sizeof *k);
+		*k = (Kept){ open, nopen };
+		md->later = c.later;
+		md->nlater = c.nlater;
+		md->done = close_kept;
+		md->drop = drop_kept;
+		md->done_ud = k;
+		nopen = 0;
+	}
 out:
 	prefetch_end(&pf);
 	for (size_t i = 0; i < nopen; i++)

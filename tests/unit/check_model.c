@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "afile.h"
+#include "graph.h"
 #include "json.h"
 #include "model.h"
 #include "report.h"
@@ -177,6 +178,143 @@ START_TEST(refuses_over_2gib)
 }
 END_TEST
 
+/* A tensor filled at save time (graph.h's Later): byte i is i * 7 + 1,
+ * or the fill fails. */
+typedef struct {
+	Later l;
+	int fail, calls;
+} Pat;
+
+static int pat_fill(const Later *l, void *dst, Arena *tmp, Err *e)
+{
+	Pat *p = (Pat *)l;
+	p->calls++;
+	arena_alloc(tmp, 64); /* scratch is allowed, and emptied after */
+	if (p->fail)
+		return errf(e, "layer x: fill failed");
+	unsigned char *b = dst;
+	for (size_t i = 0; i < l->t->raw_data.len; i++)
+		b[i] = (unsigned char)(i * 7 + 1);
+	return 0;
+}
+
+static int drops;
+static void count_drop(void *ud)
+{
+	(void)ud;
+	drops++;
+}
+
+static int is_pat(const unsigned char *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (b[i] != (unsigned char)(i * 7 + 1))
+			return 0;
+	return 1;
+}
+
+/* Loads emb.onnx and adds a later tensor "new" of n bytes to it. */
+static Tensor *with_later(Arena *a, Model *md, Pat *p, size_t n)
+{
+	Ctx c;
+	Err e;
+	mkmodel(a, at(a, "emb.onnx"), NULL, NULL, NULL);
+	ck_assert_int_eq(model_load(md, at(a, "emb.onnx"), a, &e), 0);
+	ck_assert_int_eq(g_init(&c, md->m, a, &e), 0);
+	int64_t dims[1] = { (int64_t)n / 4 };
+	*p = (Pat){ .l.fill = pat_fill };
+	Tensor *t = g_add_init_later(&c, c.g, "new", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, dims, 1, n, &p->l);
+	ck_assert(g_is_later(t));
+	size_t nb;
+	ck_assert_ptr_null(g_tensor_data(t, &nb)); /* unknown until filled */
+	md->later = c.later;
+	md->nlater = c.nlater;
+	md->drop = count_drop;
+	g_fini(&c);
+	return t;
+}
+
+/* _i: 0 saved inline, 1 with --external-data, 2 and 3 the same with a
+ * fill that fails: nothing is written. 9 MiB: the sources drop what they
+ * read once on the way. */
+START_TEST(later_filled_at_save)
+{
+	Arena *a = arena_new();
+	Model md, mo;
+	Pat p;
+	Err e;
+	size_t n = 9 << 20;
+	int ext = _i & 1, fail = _i >= 2;
+	with_later(a, &md, &p, n);
+	p.fail = fail;
+	drops = 0;
+	const char *out = at(a, "later.onnx");
+	int rc = ext ? model_save_as(&md, out, "later.bin", 0, &e) : model_save(&md, out, 0, &e);
+	model_close(&md);
+	if (fail) {
+		ck_assert_int_eq(rc, -1);
+		ck_assert_str_eq(e.msg, "layer x: fill failed");
+		ck_assert_int_eq(access(out, F_OK), -1);
+		ck_assert_int_eq(access(at(a, "later.bin"), F_OK), -1);
+	} else {
+		ck_assert_msg(rc == 0, "%s", e.msg);
+		ck_assert_int_eq(p.calls, 1);
+		ck_assert_int_eq(drops, 1);
+		ck_assert_int_eq(model_load(&mo, out, a, &e), 0);
+		const Onnx__TensorProto *t = mo.m->graph->initializer[1];
+		ck_assert_str_eq(t->name, "new");
+		const void *d;
+		size_t nb;
+		ck_assert_int_eq(model_tensor_data(&mo, t, &d, &nb, &e), 0);
+		ck_assert_uint_eq(nb, n);
+		ck_assert(is_pat(d, nb));
+		model_close(&mo);
+	}
+	unlink(out);
+	unlink(at(a, "later.bin"));
+	unlink(at(a, "emb.onnx"));
+	arena_free(a);
+}
+END_TEST
+
+/* A pass that reads a later tensor gets it filled then, and the save
+ * writes those bytes without filling again. */
+START_TEST(later_read_early)
+{
+	Arena *a = arena_new();
+	Model md, mo;
+	Pat p;
+	Err e;
+	Ctx c;
+	mkmodel(a, at(a, "emb.onnx"), NULL, NULL, NULL);
+	ck_assert_int_eq(model_load(&md, at(a, "emb.onnx"), a, &e), 0);
+	ck_assert_int_eq(g_init(&c, md.m, a, &e), 0);
+	int64_t dims[1] = { 1024 };
+	p = (Pat){ .l.fill = pat_fill };
+	Tensor *t = g_add_init_later(&c, c.g, "new", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, dims, 1, 4096, &p.l);
+	size_t nb;
+	const void *d = g_tensor_bytes(&c, t, &nb, &e);
+	ck_assert_ptr_nonnull(d);
+	ck_assert_uint_eq(nb, 4096);
+	ck_assert(is_pat(d, nb));
+	ck_assert(!g_is_later(t));
+	ck_assert_ptr_eq(g_tensor_data(t, &nb), d);
+	md.later = c.later;
+	md.nlater = c.nlater;
+	g_fini(&c);
+	ck_assert_int_eq(model_save(&md, at(a, "later.onnx"), 0, &e), 0);
+	model_close(&md);
+	ck_assert_int_eq(p.calls, 1);
+	ck_assert_int_eq(model_load(&mo, at(a, "later.onnx"), a, &e), 0);
+	ck_assert_int_eq(model_tensor_data(&mo, mo.m->graph->initializer[1], &d, &nb, &e), 0);
+	ck_assert(nb == 4096 && is_pat(d, nb));
+	model_close(&mo);
+	unlink(at(a, "later.onnx"));
+	unlink(at(a, "emb.onnx"));
+	arena_free(a);
+}
+END_TEST
+
 static int entries(void)
 {
 	int n = 0;
@@ -327,6 +465,8 @@ int main(void)
 	tcase_add_test(tc, roundtrip_keeps_unknown_fields);
 	tcase_add_test(tc, tensor_data_embedded_and_external);
 	tcase_add_test(tc, refuses_over_2gib);
+	tcase_add_loop_test(tc, later_filled_at_save, 0, 4);
+	tcase_add_test(tc, later_read_early);
 	tcase_add_loop_test(tc, afile_abort_and_mode, 0, 2);
 	tcase_add_test(tc, json_escapes);
 	tcase_add_test(tc, report_json_shape);
