@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "moe.h"
 
@@ -90,6 +92,7 @@ typedef struct {
 	float *tmp; /* scratch for rebuilds that are compared, then dropped */
 	size_t ntmp;
 	int lowp;   /* a half-precision checkpoint tensor was read: compare at its precision */
+	int copyin; /* at save time: keys read whole are copied into the output (key_into) */
 	char kb[4][512]; /* see kbuf */
 	int nkb;
 } Src;
@@ -233,6 +236,32 @@ static const float *key_use(Src *s, const char *key, int64_t *n, int dry)
 	return there;
 }
 
+/* At save time, a key read whole goes into out (want floats) by a copy
+ * the kernel makes (process_vm_readv, from our own mapping of the
+ * checkpoint), not through loads from the mapping: under a
+ * paravirtualised MMU the first touch of each mapped page from user
+ * space traps to the host, and a gigabyte read so took twice as long.
+ * Anything but an f32 key of want elements, or a failed copy (a kernel
+ * or sandbox without the call), reads through the mapping. */
+static const float *key_into(Src *s, const char *key, int64_t *n, float *out, int64_t want)
+{
+	const WTensor *t = s->copyin ? wsrc_get(s->w, key) : NULL;
+	size_t nb = (size_t)want * sizeof *out;
+	if (!t || t->dtype != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || t->nbytes != nb || wt_numel(t) != want)
+		return key_whole(s, key, n);
+	for (size_t done = 0; done < nb;) {
+		struct iovec to = { (char *)out + done, nb - done }, from = { (char *)t->data + done, nb - done };
+		ssize_t k = process_vm_readv(getpid(), &to, 1, &from, 1, 0);
+		if (k <= 0) {
+			s->copyin = 0;
+			return key_whole(s, key, n);
+		}
+		done += (size_t)k;
+	}
+	*n = want;
+	return out;
+}
+
 /* Rebuilds a recipe's tensor for the expert whose keys start with pre:
  * folds are written to out (want floats), a tensor taken as it is comes
  * back in place. out NULL: a dry run, which says whether it would
@@ -243,7 +272,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	int dry = !out;
 	if (r->kind == R_NAME || r->kind == R_VALUE) {
 		const char *k = kbuf(s, "%s%s", pre, r->rest);
-		const float *f = key_use(s, k, &n, dry);
+		const float *f = out ? key_into(s, k, &n, out, want) : key_use(s, k, &n, dry);
 		if (!f) {
 			errf(e, "no tensor '%s' in %s", k, s->w->path);
 			return NULL;
@@ -278,7 +307,8 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	}
 	if (r->kind == R_FOLD_W) {
 		const char *k = kbuf(s, "%s%s", pre, r->rest);
-		const float *w = key_use(s, k, &n, dry);
+		/* In place when copied into out: each weight is read once. */
+		const float *w = out ? key_into(s, k, &n, out, want) : key_use(s, k, &n, dry);
 		if (!w || n != want || bn.n <= 0 || want % bn.n) {
 			errf(e, "no Conv weight '%s' of %lld elements in %s", k, (long long)want, s->w->path);
 			return NULL;
@@ -1135,7 +1165,7 @@ typedef struct {
 static int build_fill(const Later *l, void *dst, Arena *tmp, Err *e)
 {
 	const Build *b = (const Build *)l;
-	Src s = { .ta = tmp, .w = b->w, .cache = { .a = tmp } };
+	Src s = { .ta = tmp, .w = b->w, .cache = { .a = tmp }, .copyin = 1 };
 	if (produce(&s, &b->r, b->pre, b->n, b->dtype, dst, e))
 		return errwrap(e, "layer %s: expert %d", b->scope, b->id);
 	return 0;
