@@ -78,11 +78,6 @@ static const char *clone_name(Ctx *c, const Layer *L, const Node *s, const char 
 	return arena_printf(c->tmp, "/%s%s%s/%s", scope, n ? "/" : "", full + n + (n ? 1 : 0), s->op_type);
 }
 
-/* New tensors from this size on are built when the model is written
- * (moe_build_later): below it, a record per tensor costs more than the
- * data, and a graph of tiny experts has tens of thousands of them. */
-enum { LATER_MIN = 16 << 10 };
-
 static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m, int id,
 				WSrc *w, Err *e)
 {

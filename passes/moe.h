@@ -132,6 +132,10 @@ int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int
 /* The same checked now and built when the model is written (Later, see
  * graph.h): for g_add_init_later. w must stay open until then. */
 Later *moe_build_later(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, Err *e);
+/* New tensors from this size on are built when the model is written
+ * (moe_build_later): below it, a record per tensor costs more than the
+ * data, and a graph of tiny experts has tens of thousands of them. */
+enum { LATER_MIN = 16 << 10 };
 
 int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
 /* The sparse dispatch (sparse.c): 1 rewritten, 0 the layer has a form the

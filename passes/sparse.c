@@ -189,40 +189,111 @@ static int check_const(S *s, size_t i, size_t j, const Tensor *tt)
 	return 1;
 }
 
-/* Writes expert id's version of the constant the template reads at node
- * i, input j into dst, widened to `per` elements (a single value repeated
- * per channel): a present expert's own, a missing one's rebuilt as densify
- * would clone it (by its recipe, straight into dst, else the template's). */
-static int const_into(S *s, size_t i, size_t j, int id, unsigned char *dst, int64_t per)
+/* Where expert id's version of the constant the template reads at node
+ * i, input j comes from, widened to `per` elements (a single value
+ * repeated per channel): *rb, a recipe that rebuilds a missing expert's
+ * straight into its row, as densify would clone it; else *p, nb bytes (a
+ * present expert's own, a missing one's rebuilt single value, or the
+ * template's) to repeat over the row. */
+static int const_src(S *s, size_t i, size_t j, int id, int64_t per, const Recipe **rb, const void **p, size_t *nb)
 {
-	size_t ni, si, nb = 0;
+	size_t ni, si;
 	const Tensor *tt = tpl_tensor(s, i, j, &ni, &si);
 	const Expert *q = present(s, id);
 	size_t es = wt_dtype_size(tt->data_type);
 	int64_t n = g_tensor_numel(tt);
 	const Recipe *r = !q && ni != SIZE_MAX ? recipe_at(s, ni, si) : NULL;
-	const void *p;
-	if (r && r->kind != R_SHARED && n == per)
-		return moe_build_into(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, dst, s->e);
+	*rb = NULL;
+	*nb = 0;
+	if (r && r->kind != R_SHARED && n == per) {
+		*rb = r;
+		return 0;
+	}
 	if (r && r->kind != R_SHARED) {
 		void *d;
-		if (moe_build(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, &d, &nb, s->e))
+		if (moe_build(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, &d, nb, s->e))
 			return -1;
-		p = d;
+		*p = d;
 	} else if (q) {
 		size_t a = i, b = j;
-		p = g_tensor_bytes(s->c, g_const(q->g, tensor_of(q->g, q, q->node[i]->input[j], &a, &b)), &nb, s->e);
+		*p = g_tensor_bytes(s->c, g_const(q->g, tensor_of(q->g, q, q->node[i]->input[j], &a, &b)), nb, s->e);
 	} else {
-		p = g_tensor_bytes(s->c, tt, &nb, s->e);
+		*p = g_tensor_bytes(s->c, tt, nb, s->e);
 	}
-	if (!p)
+	if (!*p)
 		return -1;
-	if (!es || nb != (size_t)n * es || (n != per && n != 1))
+	if (!es || *nb != (size_t)n * es || (n != per && n != 1))
 		return errf(s->e, "layer %s: expert %d's version of tensor '%s' has %zu bytes, not %lld elements of %zu; the tensor's data cannot be read",
-			    s->L->scope, id, const_name(s, i, j), nb, (long long)n, es);
-	for (int64_t c = 0; c < per; c += n)
-		memcpy(dst + (size_t)c * es, p, nb);
+			    s->L->scope, id, const_name(s, i, j), *nb, (long long)n, es);
 	return 0;
+}
+
+/* nb bytes at p repeated over row bytes at dst. */
+static void repeat(unsigned char *dst, size_t row, const void *p, size_t nb)
+{
+	for (size_t o = 0; o < row; o += nb)
+		memcpy(dst + o, p, nb);
+}
+
+/* Expert id's row of a stack, written now. */
+static int const_into(S *s, size_t i, size_t j, int id, unsigned char *dst, int64_t per, size_t row)
+{
+	const Recipe *r;
+	const void *p;
+	size_t nb;
+	if (const_src(s, i, j, id, per, &r, &p, &nb))
+		return -1;
+	if (r)
+		return moe_build_into(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, dst, s->e);
+	repeat(dst, row, p, nb);
+	return 0;
+}
+
+/* A stack built when the model is written (graph.h's Later): each row a
+ * missing expert's rebuild, or bytes found at repair time, which stay
+ * where they are until then (the model's arena, its external data's
+ * mapping). */
+typedef struct {
+	const Later *b; /* the row's rebuild, or NULL */
+	const void *p;  /* else these nb bytes, repeated */
+	size_t nb;
+} Row;
+
+typedef struct {
+	Later l;
+	Row *row;
+	int E;
+	size_t len; /* bytes a row */
+} Stack;
+
+static int stack_fill(const Later *l, void *dst, Arena *tmp, Err *e)
+{
+	const Stack *st = (const Stack *)l;
+	unsigned char *d = dst;
+	for (int id = 0; id < st->E; id++, d += st->len) {
+		const Row *r = &st->row[id];
+		if (r->b && r->b->fill(r->b, d, tmp, e))
+			return -1;
+		if (!r->b)
+			repeat(d, st->len, r->p, r->nb);
+	}
+	return 0;
+}
+
+static Later *stack_later(S *s, size_t i, size_t j, int64_t per, size_t len)
+{
+	Stack *st = arena_alloc(s->c->a, sizeof *st);
+	*st = (Stack){ .l.fill = stack_fill, .row = arena_alloc(s->c->a, (size_t)s->E * sizeof *st->row), .E = s->E,
+		       .len = len };
+	for (int id = 0; id < s->E; id++) {
+		Row *w = &st->row[id];
+		const Recipe *r;
+		if (const_src(s, i, j, id, per, &r, &w->p, &w->nb))
+			return NULL;
+		if (r && !(w->b = moe_build_later(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, s->e)))
+			return NULL;
+	}
+	return &st->l;
 }
 
 /* Whether every expert has the template's value at node i, input j
@@ -274,18 +345,21 @@ static const char *stack(S *s, size_t i, size_t j, const int64_t *dims, int nd, 
 {
 	size_t ni, si;
 	const Tensor *tt = tpl_tensor(s, i, j, &ni, &si);
-	size_t es = wt_dtype_size(tt->data_type), row = (size_t)per * es;
-	unsigned char *buf = arena_bulk(s->c->a, (size_t)s->E * row + 1);
-	for (int id = 0; id < s->E; id++)
-		if (const_into(s, i, j, id, buf + (size_t)id * row, per))
-			return NULL;
+	size_t es = wt_dtype_size(tt->data_type), row = (size_t)per * es, nb = (size_t)s->E * row;
 	int64_t d[DIMS_MAX + 1];
 	d[0] = s->E;
 	for (int q = 0; q < nd; q++)
 		d[q + 1] = dims[q];
-	return g_add_init(s->c, s->c->g, stack_name(s, i, j), tt->data_type, d, (size_t)nd + 1, buf,
-			  (size_t)s->E * row)
-		->name;
+	if (nb >= LATER_MIN) {
+		Later *l = stack_later(s, i, j, per, row);
+		return l ? g_add_init_later(s->c, s->c->g, stack_name(s, i, j), tt->data_type, d, (size_t)nd + 1, nb, l)->name
+			 : NULL;
+	}
+	unsigned char *buf = arena_bulk(s->c->a, nb + 1);
+	for (int id = 0; id < s->E; id++)
+		if (const_into(s, i, j, id, buf + (size_t)id * row, per, row))
+			return NULL;
+	return g_add_init(s->c, s->c->g, stack_name(s, i, j), tt->data_type, d, (size_t)nd + 1, buf, nb)->name;
 }
 
 /* A copy of the template's constant at node i, input j in the main graph
