@@ -213,25 +213,39 @@ static int is_pat(const unsigned char *b, size_t n)
 	return 1;
 }
 
-/* Loads emb.onnx and adds a later tensor "new" of n bytes to it. */
-static Tensor *with_later(Arena *a, Model *md, Pat *p, size_t n)
+/* Loads emb.onnx, indexes it into c (the caller's to g_fini) and adds a
+ * later tensor "new" of n bytes, handed to the model. */
+static Tensor *with_later(Arena *a, Model *md, Ctx *c, Pat *p, size_t n)
 {
-	Ctx c;
 	Err e;
 	mkmodel(a, at(a, "emb.onnx"), NULL, NULL, NULL);
 	ck_assert_int_eq(model_load(md, at(a, "emb.onnx"), a, &e), 0);
-	ck_assert_int_eq(g_init(&c, md->m, a, &e), 0);
+	ck_assert_int_eq(g_init(c, md->m, a, &e), 0);
 	int64_t dims[1] = { (int64_t)n / 4 };
 	*p = (Pat){ .l.fill = pat_fill };
-	Tensor *t = g_add_init_later(&c, c.g, "new", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, dims, 1, n, &p->l);
+	Tensor *t = g_add_init_later(c, c->g, "new", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, dims, 1, n, &p->l);
 	ck_assert(g_is_later(t));
 	size_t nb;
 	ck_assert_ptr_null(g_tensor_data(t, &nb)); /* unknown until filled */
-	md->later = c.later;
-	md->nlater = c.nlater;
+	md->later = c->later;
+	md->nlater = c->nlater;
 	md->drop = count_drop;
-	g_fini(&c);
 	return t;
+}
+
+/* The model saved at path has "new" holding the pattern's n bytes. */
+static void saved_pat(Arena *a, const char *path, size_t n)
+{
+	Model mo;
+	Err e;
+	const void *d;
+	size_t nb;
+	ck_assert_int_eq(model_load(&mo, path, a, &e), 0);
+	const Onnx__TensorProto *t = mo.m->graph->initializer[1];
+	ck_assert_str_eq(t->name, "new");
+	ck_assert_int_eq(model_tensor_data(&mo, t, &d, &nb, &e), 0);
+	ck_assert(nb == n && is_pat(d, nb));
+	model_close(&mo);
 }
 
 /* _i: 0 saved inline, 1 with --external-data, 2 and 3 the same with a
@@ -240,12 +254,14 @@ static Tensor *with_later(Arena *a, Model *md, Pat *p, size_t n)
 START_TEST(later_filled_at_save)
 {
 	Arena *a = arena_new();
-	Model md, mo;
+	Model md;
 	Pat p;
 	Err e;
+	Ctx c;
 	size_t n = 9 << 20;
 	int ext = _i & 1, fail = _i >= 2;
-	with_later(a, &md, &p, n);
+	with_later(a, &md, &c, &p, n);
+	g_fini(&c);
 	p.fail = fail;
 	drops = 0;
 	const char *out = at(a, "later.onnx");
@@ -260,15 +276,7 @@ START_TEST(later_filled_at_save)
 		ck_assert_msg(rc == 0, "%s", e.msg);
 		ck_assert_int_eq(p.calls, 1);
 		ck_assert_int_eq(drops, 1);
-		ck_assert_int_eq(model_load(&mo, out, a, &e), 0);
-		const Onnx__TensorProto *t = mo.m->graph->initializer[1];
-		ck_assert_str_eq(t->name, "new");
-		const void *d;
-		size_t nb;
-		ck_assert_int_eq(model_tensor_data(&mo, t, &d, &nb, &e), 0);
-		ck_assert_uint_eq(nb, n);
-		ck_assert(is_pat(d, nb));
-		model_close(&mo);
+		saved_pat(a, out, n);
 	}
 	unlink(out);
 	unlink(at(a, "later.bin"));
@@ -282,16 +290,11 @@ END_TEST
 START_TEST(later_read_early)
 {
 	Arena *a = arena_new();
-	Model md, mo;
+	Model md;
 	Pat p;
 	Err e;
 	Ctx c;
-	mkmodel(a, at(a, "emb.onnx"), NULL, NULL, NULL);
-	ck_assert_int_eq(model_load(&md, at(a, "emb.onnx"), a, &e), 0);
-	ck_assert_int_eq(g_init(&c, md.m, a, &e), 0);
-	int64_t dims[1] = { 1024 };
-	p = (Pat){ .l.fill = pat_fill };
-	Tensor *t = g_add_init_later(&c, c.g, "new", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, dims, 1, 4096, &p.l);
+	Tensor *t = with_later(a, &md, &c, &p, 4096);
 	size_t nb;
 	const void *d = g_tensor_bytes(&c, t, &nb, &e);
 	ck_assert_ptr_nonnull(d);
@@ -299,16 +302,11 @@ START_TEST(later_read_early)
 	ck_assert(is_pat(d, nb));
 	ck_assert(!g_is_later(t));
 	ck_assert_ptr_eq(g_tensor_data(t, &nb), d);
-	md.later = c.later;
-	md.nlater = c.nlater;
 	g_fini(&c);
 	ck_assert_int_eq(model_save(&md, at(a, "later.onnx"), 0, &e), 0);
 	model_close(&md);
 	ck_assert_int_eq(p.calls, 1);
-	ck_assert_int_eq(model_load(&mo, at(a, "later.onnx"), a, &e), 0);
-	ck_assert_int_eq(model_tensor_data(&mo, mo.m->graph->initializer[1], &d, &nb, &e), 0);
-	ck_assert(nb == 4096 && is_pat(d, nb));
-	model_close(&mo);
+	saved_pat(a, at(a, "later.onnx"), 4096);
 	unlink(at(a, "later.onnx"));
 	unlink(at(a, "emb.onnx"));
 	arena_free(a);
