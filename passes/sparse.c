@@ -272,10 +272,10 @@ static int stack_fill(const Later *l, void *dst, Arena *tmp, Err *e)
 	unsigned char *d = dst;
 	for (int id = 0; id < st->E; id++, d += st->len) {
 		const Row *r = &st->row[id];
-		if (r->b && r->b->fill(r->b, d, tmp, e))
-			return -1;
 		if (!r->b)
 			repeat(d, st->len, r->p, r->nb);
+		else if (r->b->fill(r->b, d, tmp, e))
+			return -1;
 	}
 	return 0;
 }

@@ -92,7 +92,7 @@ typedef struct {
 	float *tmp; /* scratch for rebuilds that are compared, then dropped */
 	size_t ntmp;
 	int lowp;   /* a half-precision checkpoint tensor was read: compare at its precision */
-	int copyin; /* at save time: keys read whole are copied into the output (key_into) */
+	int copyin; /* at save time: keys read whole are copied into the output (key_read) */
 	char kb[4][512]; /* see kbuf */
 	int nkb;
 } Src;
@@ -222,35 +222,28 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 	return 0;
 }
 
-/* A key rebuild reads whole; dry, only looked up (any non-NULL pointer
- * says it is there, a float tensor of *n elements): a tensor built at
- * save time is checked at repair time without reading its weights. */
-static const float *key_use(Src *s, const char *key, int64_t *n, int dry)
+/* A key rebuild reads whole (want floats of it).
+ * - Dry, it is only looked up: any non-NULL pointer says it is there, a
+ *   float tensor of *n elements. A tensor built at save time is so
+ *   checked at repair time without reading its weights.
+ * - At save time (s->copyin) and with a place into (want floats), it goes
+ *   there by a copy the kernel makes (process_vm_readv, from our own
+ *   mapping of the checkpoint), not through loads from the mapping: under
+ *   a paravirtualised MMU the first touch of each mapped page from user
+ *   space traps to the host, and a gigabyte read so took twice as long.
+ * - Anything else (not an f32 key of want elements, a kernel or sandbox
+ *   refusing the call) is read through the mapping, in place. */
+static const float *key_read(Src *s, const char *key, int64_t *n, int dry, float *into, int64_t want)
 {
 	static const float there[1];
-	if (!dry)
-		return key_whole(s, key, n);
-	const WTensor *t = wsrc_get(s->w, key);
-	if (!t || !is_float(t->dtype) || (*n = wt_numel(t)) < 0)
-		return NULL;
-	return there;
-}
-
-/* At save time, a key read whole goes into out (want floats) by a copy
- * the kernel makes (process_vm_readv, from our own mapping of the
- * checkpoint), not through loads from the mapping: under a
- * paravirtualised MMU the first touch of each mapped page from user
- * space traps to the host, and a gigabyte read so took twice as long.
- * Anything but an f32 key of want elements, or a failed copy (a kernel
- * or sandbox without the call), reads through the mapping. */
-static const float *key_into(Src *s, const char *key, int64_t *n, float *out, int64_t want)
-{
-	const WTensor *t = s->copyin ? wsrc_get(s->w, key) : NULL;
-	size_t nb = (size_t)want * sizeof *out;
+	const WTensor *t = dry || (into && s->copyin) ? wsrc_get(s->w, key) : NULL;
+	if (dry)
+		return t && is_float(t->dtype) && (*n = wt_numel(t)) >= 0 ? there : NULL;
+	size_t nb = (size_t)want * sizeof *into;
 	if (!t || t->dtype != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || t->nbytes != nb || wt_numel(t) != want)
 		return key_whole(s, key, n);
 	for (size_t done = 0; done < nb;) {
-		struct iovec to = { (char *)out + done, nb - done }, from = { (char *)t->data + done, nb - done };
+		struct iovec to = { (char *)into + done, nb - done }, from = { (char *)t->data + done, nb - done };
 		ssize_t k = process_vm_readv(getpid(), &to, 1, &from, 1, 0);
 		if (k <= 0) {
 			s->copyin = 0;
@@ -259,7 +252,7 @@ static const float *key_into(Src *s, const char *key, int64_t *n, float *out, in
 		done += (size_t)k;
 	}
 	*n = want;
-	return out;
+	return into;
 }
 
 /* Rebuilds a recipe's tensor for the expert whose keys start with pre:
@@ -272,7 +265,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	int dry = !out;
 	if (r->kind == R_NAME || r->kind == R_VALUE) {
 		const char *k = kbuf(s, "%s%s", pre, r->rest);
-		const float *f = out ? key_into(s, k, &n, out, want) : key_use(s, k, &n, dry);
+		const float *f = key_read(s, k, &n, dry, out, want);
 		if (!f) {
 			errf(e, "no tensor '%s' in %s", k, s->w->path);
 			return NULL;
@@ -287,7 +280,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	if (r->kind == R_TRANS) {
 		const char *k = kbuf(s, "%s%s", pre, r->rest);
 		const WTensor *kt = wsrc_get(s->w, k);
-		const float *f = kt && kt->ndim == 2 ? key_use(s, k, &n, dry) : NULL;
+		const float *f = kt && kt->ndim == 2 ? key_read(s, k, &n, dry, NULL, want) : NULL;
 		if (!f || n != want) {
 			errf(e, "no 2-D tensor '%s' of %lld elements in %s", k, (long long)want, s->w->path);
 			return NULL;
@@ -308,7 +301,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	if (r->kind == R_FOLD_W) {
 		const char *k = kbuf(s, "%s%s", pre, r->rest);
 		/* In place when copied into out: each weight is read once. */
-		const float *w = out ? key_into(s, k, &n, out, want) : key_use(s, k, &n, dry);
+		const float *w = key_read(s, k, &n, dry, out, want);
 		if (!w || n != want || bn.n <= 0 || want % bn.n) {
 			errf(e, "no Conv weight '%s' of %lld elements in %s", k, (long long)want, s->w->path);
 			return NULL;

@@ -718,9 +718,9 @@ static void put(Sink *s, const uint8_t *p, size_t n)
 {
 	const Model *md = s->md;
 	if (n && md->lbase && p >= md->lbase && p < md->lbase + md->llen) {
-		const Later *l = placed_at(md, p);
 		if (s->failed)
 			return;
+		const Later *l = placed_at(md, p);
 		if (!l || l->t->raw_data.len != n) {
 			s->failed = errf(s->e, "%s: internal error: new weights without their tensor; please report this model",
 					 md->path);

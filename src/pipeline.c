@@ -78,9 +78,30 @@ static void prefetch_end(Prefetch *f)
 
 enum { DROP_EVERY = 8 << 20 };
 
+/* The weight sources a run opened: closed at its end, or by model_close
+ * after the save when later tensors read them then. */
 typedef struct {
 	Open *o;
-	size_t *no;
+	size_t n;
+} Opened;
+
+static void close_opened(void *p)
+{
+	Opened *op = p;
+	for (size_t i = 0; i < op->n; i++)
+		wsrc_close(op->o[i].w);
+}
+
+/* Their pages read so far leave the process (see wsrc_drop). */
+static void drop_opened(void *p)
+{
+	Opened *op = p;
+	for (size_t i = 0; i < op->n; i++)
+		wsrc_drop(op->o[i].w);
+}
+
+typedef struct {
+	Opened *op;
 	Arena *a;
 	Prefetch *pf;
 } Sources;
@@ -94,9 +115,10 @@ static WSrc *source(Sources *ss, const SpecLayer *s, Err *e)
 {
 	if (!s->weights)
 		return NULL;
-	for (size_t i = 0; i < *ss->no; i++)
-		if (strcmp(ss->o[i].path, s->weights) == 0)
-			return ss->o[i].w;
+	Opened *op = ss->op;
+	for (size_t i = 0; i < op->n; i++)
+		if (strcmp(op->o[i].path, s->weights) == 0)
+			return op->o[i].w;
 	Prefetch *f = ss->pf;
 	WSrc *w;
 	if (f->running && strcmp(f->path, s->weights) == 0 && same_key(f->key, s->checkpoint_key)) {
@@ -111,7 +133,7 @@ static WSrc *source(Sources *ss, const SpecLayer *s, Err *e)
 		w = wsrc_open(s->weights, s->checkpoint_key, ss->a, e);
 	}
 	if (w)
-		ss->o[(*ss->no)++] = (Open){ s->weights, w };
+		op->o[op->n++] = (Open){ s->weights, w };
 	return w;
 }
 
@@ -188,33 +210,12 @@ static void report_layer(Arena *a, const Layer *L, LayerReport *lr)
 	lr->inserted = arena_alloc(a, ((size_t)L->spec->experts + 1) * sizeof *lr->inserted);
 }
 
-/* The sources later tensors read, closed by model_close after the save. */
-typedef struct {
-	Open *o;
-	size_t n;
-} Kept;
-
-static void close_kept(void *p)
-{
-	Kept *k = p;
-	for (size_t i = 0; i < k->n; i++)
-		wsrc_close(k->o[i].w);
-}
-
-static void drop_kept(void *p)
-{
-	Kept *k = p;
-	for (size_t i = 0; i < k->n; i++)
-		wsrc_drop(k->o[i].w);
-}
-
 int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 {
 	Ctx c;
 	Layer *L = NULL;
 	size_t nl = 0;
-	Open *open = NULL;
-	size_t nopen = 0;
+	Opened *op = arena_alloc(md->a, sizeof *op);
 	int ret = -1;
 	memset(r, 0, sizeof *r);
 	/* What the first source() call will most likely open; nothing for
@@ -237,8 +238,8 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		progress_step(o->progress, "finding MoE layers", 1, 1, NULL);
 	if (moe_find(&c, spec, !spec && !o->layout, &L, &nl, e))
 		goto out;
-	open = arena_alloc(md->a, ((spec ? spec->nlayer : nl) + 2) * sizeof *open);
-	Sources ss = { open, &nopen, md->a, &pf };
+	op->o = arena_alloc(md->a, ((spec ? spec->nlayer : nl) + 2) * sizeof *op->o);
+	Sources ss = { op, md->a, &pf };
 	if (!spec && !o->layout) {
 		ret = moe_scan(&c, L, nl, r, e);
 		goto out;
@@ -319,8 +320,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		 * 400 of tiny experts that was 8% of the passes. */
 		read += (l->spec->experts + l->nex) * expert_bytes;
 		if (read >= DROP_EVERY) {
-			for (size_t k = 0; k < nopen; k++)
-				wsrc_drop(open[k].w);
+			drop_opened(op);
 			model_drop(md);
 			read = 0;
 		}
@@ -349,19 +349,17 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	ret = 0;
 	if (c.nlater) {
 		/* The new weights are read when the model is written. */
-		Kept *k = arena_alloc(md->a, sizeof *k);
-		*k = (Kept){ open, nopen };
 		md->later = c.later;
 		md->nlater = c.nlater;
-		md->done = close_kept;
-		md->drop = drop_kept;
-		md->done_ud = k;
-		nopen = 0;
+		md->done = close_opened;
+		md->drop = drop_opened;
+		md->done_ud = op;
+		op = NULL;
 	}
 out:
 	prefetch_end(&pf);
-	for (size_t i = 0; i < nopen; i++)
-		wsrc_close(open[i].w);
+	if (op)
+		close_opened(op);
 	g_fini(&c);
 	return ret;
 }
