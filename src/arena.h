@@ -40,7 +40,7 @@ void arena_adopt(Arena *into, Arena *from);
 /* Empties the arena for reuse, keeping its standard blocks: what it handed
  * out is gone, as after arena_free, without new pages to fault in. */
 void arena_reset(Arena *a);
-/* Zeroed, 16-byte aligned; never NULL (see above: past the budget the
+/* Zeroed, 8-byte aligned (any type but long double and vectors); never NULL (see above: past the budget the
  * overrun is recorded for arena_check; aborts only when malloc fails
  * after the reserve is spent). */
 void *arena_alloc(Arena *a, size_t n);
