@@ -188,11 +188,23 @@ typedef struct {
 	size_t nout;
 } Cur;
 
+/* The walk's types by content (intern), open addressing. */
+typedef struct {
+	const Ty *t;
+	uint64_t h;
+} TySlot;
+
+typedef struct {
+	TySlot *slot;
+	size_t cap, len;
+} Types;
+
 typedef struct {
 	Ctx *c;
-	Arena *tmp; /* the walk's scratch: in-degrees, work lists */
+	Arena *tmp; /* the walk's scratch: in-degrees, work lists, Types */
 	int opset;
 	const Cur *cur;
+	Types types;
 } W;
 
 static void s_unk(S *s)
@@ -263,8 +275,57 @@ static void s_fix(S *s)
 			s->val[i] = TY_UNK;
 }
 
-static const Ty *intern(Arena *a, const S *s, int decl)
+/* Types are shared: a model's values have a few hundred distinct ones
+ * (every expert's output is float[1,C,H,W]), and a Ty per value was 3 MiB
+ * of a 400-layer model's index. Results are read-only once made. */
+static uint64_t ty_hash(const S *s, int decl)
 {
+	uint64_t h = 0x9e3779b97f4a7c15ull;
+#define MIX(x) (h = (h ^ (uint64_t)(x)) * 0xff51afd7ed558ccdull, h ^= h >> 32)
+	MIX(s->elem);
+	MIX(decl);
+	MIX(s->rank);
+	MIX(s->hv ? s->nval : -1);
+	for (int i = 0; i < s->rank; i++)
+		MIX(s->dim[i]);
+	for (int i = 0; s->hv && i < s->nval; i++)
+		MIX(s->val[i]);
+#undef MIX
+	return h;
+}
+
+static int ty_is(const Ty *t, const S *s, int decl)
+{
+	if (t->elem != s->elem || t->decl != decl || t->rank != s->rank || !t->val != !s->hv ||
+	    (s->hv && t->nval != s->nval))
+		return 0;
+	if (s->rank > 0 && memcmp(t->dim, s->dim, (size_t)s->rank * sizeof *s->dim))
+		return 0;
+	return !s->hv || !s->nval || !memcmp(t->val, s->val, (size_t)s->nval * sizeof *s->val);
+}
+
+static const Ty *intern(W *w, const S *s, int decl)
+{
+	Types *ts = &w->types;
+	if ((ts->len + 1) * 2 > ts->cap) {
+		size_t cap = ts->cap ? 2 * ts->cap : 256;
+		TySlot *slot = arena_alloc(w->tmp, cap * sizeof *slot);
+		for (size_t i = 0; i < ts->cap; i++)
+			if (ts->slot[i].t) {
+				size_t j = ts->slot[i].h & (cap - 1);
+				while (slot[j].t)
+					j = (j + 1) & (cap - 1);
+				slot[j] = ts->slot[i];
+			}
+		ts->slot = slot;
+		ts->cap = cap;
+	}
+	uint64_t h = ty_hash(s, decl);
+	size_t i = h & (ts->cap - 1);
+	for (; ts->slot[i].t; i = (i + 1) & (ts->cap - 1))
+		if (ts->slot[i].h == h && ty_is(ts->slot[i].t, s, decl))
+			return ts->slot[i].t;
+	Arena *a = w->c->ia;
 	Ty *t = arena_alloc(a, sizeof *t);
 	t->elem = s->elem;
 	t->decl = decl;
@@ -276,6 +337,8 @@ static const Ty *intern(Arena *a, const S *s, int decl)
 		static const int64_t empty[1];
 		t->val = s->nval ? arena_dup(a, s->val, (size_t)s->nval * sizeof *s->val) : empty;
 	}
+	ts->slot[i] = (TySlot){ t, h };
+	ts->len++;
 	return t;
 }
 
@@ -307,7 +370,7 @@ static void put_val(W *w, Val *v, S *s)
 		}
 	}
 	s_fix(s);
-	v->ty = intern(w->c->ia, s, decl);
+	v->ty = intern(w, s, decl);
 }
 
 static void put_name(W *w, Graph *g, const char *name, S *s)
@@ -2134,7 +2197,7 @@ static void seed_vi(W *w, Graph *g, const Onnx__ValueInfoProto *vi)
 				s.dim[i] = d->dim_value;
 		}
 	}
-	v->ty = intern(w->c->ia, &s, s.elem);
+	v->ty = intern(w, &s, s.elem);
 }
 
 /* What the graph declares, and its initializers. */

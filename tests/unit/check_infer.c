@@ -695,6 +695,37 @@ END_TEST
 
 /* Each node reads the previous one twice: a recursive walk without a memo
  * doubles its work per node; one forward walk stays linear. Values too. */
+/* Equal results are one shared Ty; any difference (dims, tracked values,
+ * element type, a declaration) keeps them apart. */
+START_TEST(types_shared)
+{
+	B b;
+	b_new(&b, 17);
+	b_in(&b, NULL, "x", FLOAT, "?,3,8");
+	b_node(&b, NULL, "Relu", "x", "r1", "");
+	b_node(&b, NULL, "Relu", "x", "r2", "");
+	b_node(&b, NULL, "Relu", "x", "r3", "");
+	b_vinfo(&b, NULL, "r3", FLOAT, "?,3,8");
+	b_node(&b, NULL, "Transpose", "x", "t", "perm=[0,2,1]");
+	b_node(&b, NULL, "Cast", "x", "h", "to=10");
+	b_const(&b, NULL, "a", "2", "1,2");
+	b_const(&b, NULL, "a2", "2", "1,2");
+	b_const(&b, NULL, "b", "2", "1,3");
+	b_const(&b, NULL, "c", "3", "1,2,3");
+	b_index(&b);
+	const Graph *g = b.c.g;
+	ck_assert_ptr_eq(g_ty(g, "r1"), g_ty(g, "r2"));
+	ck_assert_ptr_eq(g_ty(g, "a"), g_ty(g, "a2"));
+	const char *differ[] = { "r1", "r3", "t", "h", "a", "b", "c" };
+	for (size_t i = 0; i < sizeof differ / sizeof *differ; i++)
+		for (size_t j = i + 1; j < sizeof differ / sizeof *differ; j++)
+			ck_assert_msg(g_ty(g, differ[i]) != g_ty(g, differ[j]), "%s and %s share a type", differ[i], differ[j]);
+	ck_ty(&b, "r3", "float[?,3,8]");
+	ck_ty(&b, "b", "int64[2]={1,3}");
+	b_free(&b);
+}
+END_TEST
+
 START_TEST(shared_operands)
 {
 	B b;
@@ -743,6 +774,7 @@ int main(void)
 	tcase_add_test(tc, if_merging);
 	tcase_add_test(tc, loop_and_scan);
 	tcase_add_test(tc, unsorted_graph);
+	tcase_add_test(tc, types_shared);
 	suite_add_tcase(s, tc);
 	TCase *big = tcase_create("scale");
 	tcase_set_timeout(big, 60);
