@@ -61,7 +61,6 @@ struct Arena {
 	Block *spare; /* standard blocks an arena_reset emptied, served before new ones */
 	size_t total;
 	size_t over; /* first request past the budget or refused by malloc, 0: none */
-	Arena *kids, *sibling; /* arenas freed with this one (arena_adopt) */
 };
 
 /* The budget (0: not chosen yet; set before any second thread runs) and
@@ -237,18 +236,8 @@ Arena *arena_new(void)
 	return a;
 }
 
-static void free_kids(Arena *a)
-{
-	for (Arena *k = a->kids, *n; k; k = n) {
-		n = k->sibling;
-		arena_free(k);
-	}
-	a->kids = NULL;
-}
-
 void arena_reset(Arena *a)
 {
-	free_kids(a);
 	/* Standard blocks are kept for what comes next (no new pages to
 	 * fault in) and the first one serves it first. Private and bulk
 	 * blocks go: kept as spares they would only serve small requests,
@@ -283,17 +272,10 @@ void arena_reset(Arena *a)
 	a->over = 0;
 }
 
-void arena_adopt(Arena *into, Arena *from)
-{
-	from->sibling = into->kids;
-	into->kids = from;
-}
-
 void arena_free(Arena *a)
 {
 	if (!a)
 		return;
-	free_kids(a);
 	for (int l = 0; l < 2; l++)
 		for (Block *b = l ? a->spare : a->head, *n; b; b = n) {
 			n = b->next;

@@ -33,10 +33,6 @@ typedef struct Arena Arena;
 
 Arena *arena_new(void);
 void arena_free(Arena *a);
-/* `from` is freed with `into` (by arena_free or arena_reset) and stays
- * usable until then: for an arena another thread filled, whose results
- * must live as long as `into`'s. */
-void arena_adopt(Arena *into, Arena *from);
 /* Empties the arena for reuse, keeping its standard blocks: what it handed
  * out is gone, as after arena_free, without new pages to fault in. */
 void arena_reset(Arena *a);
