@@ -188,23 +188,12 @@ typedef struct {
 	size_t nout;
 } Cur;
 
-/* The walk's types by content (intern), open addressing. */
-typedef struct {
-	const Ty *t;
-	uint64_t h;
-} TySlot;
-
-typedef struct {
-	TySlot *slot;
-	size_t cap, len;
-} Types;
-
 typedef struct {
 	Ctx *c;
-	Arena *tmp; /* the walk's scratch: in-degrees, work lists, Types */
+	Arena *tmp; /* the walk's scratch: in-degrees, work lists, types */
 	int opset;
 	const Cur *cur;
-	Types types;
+	PMap types; /* content hash (intern) -> the first Ty made with it */
 } W;
 
 static void s_unk(S *s)
@@ -306,25 +295,13 @@ static int ty_is(const Ty *t, const S *s, int decl)
 
 static const Ty *intern(W *w, const S *s, int decl)
 {
-	Types *ts = &w->types;
-	if ((ts->len + 1) * 2 > ts->cap) {
-		size_t cap = ts->cap ? 2 * ts->cap : 256;
-		TySlot *slot = arena_alloc(w->tmp, cap * sizeof *slot);
-		for (size_t i = 0; i < ts->cap; i++)
-			if (ts->slot[i].t) {
-				size_t j = ts->slot[i].h & (cap - 1);
-				while (slot[j].t)
-					j = (j + 1) & (cap - 1);
-				slot[j] = ts->slot[i];
-			}
-		ts->slot = slot;
-		ts->cap = cap;
-	}
-	uint64_t h = ty_hash(s, decl);
-	size_t i = h & (ts->cap - 1);
-	for (; ts->slot[i].t; i = (i + 1) & (ts->cap - 1))
-		if (ts->slot[i].h == h && ty_is(ts->slot[i].t, s, decl))
-			return ts->slot[i].t;
+	/* Keyed by the hash as a pointer (never NULL, the map's empty key); a
+	 * different type with the same hash, which 64 bits make all but
+	 * impossible, just gets a record of its own. */
+	const void *h = (const void *)(uintptr_t)(ty_hash(s, decl) | 1);
+	const Ty **slot = (const Ty **)pmap_ref(&w->types, h);
+	if (*slot && ty_is(*slot, s, decl))
+		return *slot;
 	Arena *a = w->c->ia;
 	Ty *t = arena_alloc(a, sizeof *t);
 	t->elem = s->elem;
@@ -337,8 +314,8 @@ static const Ty *intern(W *w, const S *s, int decl)
 		static const int64_t empty[1];
 		t->val = s->nval ? arena_dup(a, s->val, (size_t)s->nval * sizeof *s->val) : empty;
 	}
-	ts->slot[i] = (TySlot){ t, h };
-	ts->len++;
+	if (!*slot)
+		*slot = t;
 	return t;
 }
 
@@ -2325,6 +2302,7 @@ int g_infer(Ctx *c, Err *e)
 	if (!c->g || !c->ia)
 		return errf(e, "inference: the model has no index; call g_reindex first");
 	W w = { .c = c, .tmp = arena_new(), .opset = c->opset };
+	pmap_init(&w.types, w.tmp, 256);
 	walk(&w, c->g);
 	arena_free(w.tmp);
 	c->inferred = 1;
