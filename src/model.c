@@ -727,6 +727,8 @@ static void put(Sink *s, const uint8_t *p, size_t n)
 			return;
 		}
 		if (n > s->cap) {
+			/* The smaller buffer goes (a block of its own past 512 KiB). */
+			arena_release(s->a, s->buf, s->cap);
 			if (!(s->buf = arena_try(s->a, n, s->e))) {
 				s->failed = errwrap(s->e, "%s: writing tensor '%s'", md->path, l->t->name);
 				return;
