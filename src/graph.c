@@ -34,9 +34,20 @@ static Val *def_val(Ctx *c, Graph *g, const char *name, Err *e)
 	return v;
 }
 
+struct NodeMemo {
+	const Node *n;
+	NodeInfo *k;
+};
+
 static NodeInfo *info(const Ctx *c, const Node *n)
 {
-	return pmap_get(&c->node, n);
+	struct NodeMemo *m = c->memo; /* NULL before the first index */
+	if (m && m->n == n)
+		return m->k;
+	NodeInfo *k = pmap_get(&c->node, n);
+	if (k && m)
+		*m = (struct NodeMemo){ n, k };
+	return k;
 }
 
 /* Records where n is, in the index (new nodes included). */
@@ -292,6 +303,7 @@ int g_reindex(Ctx *c, Err *e)
 		map_init(&c->names, c->a, n);
 	}
 	pmap_init(&c->node, c->ia, gp->n_node);
+	c->memo = arena_alloc(c->ia, sizeof *c->memo);
 	pmap_init(&c->subidx, c->ia, 16);
 	c->g = graph_new(c, gp, NULL, NULL);
 	c->g->capnode = capnode;
@@ -341,7 +353,7 @@ Graph *g_graph_of(const Ctx *c, const Node *n)
 
 size_t g_subs_of(const Ctx *c, const Graph *g, const Node *n, size_t *first)
 {
-	size_t i = (size_t)(uintptr_t)pmap_get(&c->subidx, n);
+	size_t i = g->nsub ? (size_t)(uintptr_t)pmap_get(&c->subidx, n) : 0;
 	*first = i ? i - 1 : 0;
 	if (!i)
 		return 0;

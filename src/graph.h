@@ -94,6 +94,9 @@ typedef struct {
 	                  * (in c->a: names only accumulate, so it outlives reindexing) */
 	int named;       /* names is complete: later names come from g_fresh */
 	PMap node;       /* Node* -> NodeInfo* (graph, position) */
+	/* The last node found in it: walks ask for one node's inputs one
+	 * after another. In the index arena, so a reindex forgets it. */
+	struct NodeMemo *memo;
 	PMap subidx;     /* Node* -> index + 1 of its first body in its graph's sub[] */
 	Map fresh;       /* base name -> last suffix handed out */
 	Arena *ia;       /* the index (Graph, Val, maps), replaced by each g_reindex */
