@@ -917,6 +917,67 @@ size_t g_dce(Ctx *c)
 	return sweep(c, c->g);
 }
 
+int g_refresh(Ctx *c, Err *e)
+{
+	Graph *g = c->g;
+	Onnx__GraphProto *gp = g->gp;
+	if (g->nsub) /* outer reads and bodies: not kept current */
+		return g_reindex(c, e);
+	size_t n = gp->n_node;
+	NodeInfo **ks = g->order;
+	if (g->norder != n)
+		ks = NULL;
+	for (size_t i = 0; ks && i < n; i++)
+		if (ks[i]->n != gp->node[i])
+			ks = NULL;
+	if (!ks) {
+		ks = arena_alloc_raw(c->ia, (n ? n : 1) * sizeof *ks);
+		for (size_t i = 0; i < n; i++)
+			if (!(ks[i] = info(c, gp->node[i])) || ks[i]->g != g)
+				return g_reindex(c, e);
+	}
+	/* Every value a kept node or the graph's boundary touches starts
+	 * with no uses, and g_dce's marks go (they are on the kept nodes and
+	 * the values they and the graph outputs read): the others are dead,
+	 * and nothing live reaches them. */
+	for (size_t i = 0; i < n; i++) {
+		NodeInfo *k = ks[i];
+		Node *nd = k->n;
+		for (size_t j = 0; j < nd->n_attribute; j++)
+			if (nd->attribute[j]->g || nd->attribute[j]->n_graphs) /* a body came with a clone */
+				return g_reindex(c, e);
+		k->live = 0;
+		for (size_t j = 0; j < nd->n_input; j++) {
+			Val *v = in_val(k, j);
+			if (v)
+				v->nuse = 0, v->live = 0;
+		}
+		for (size_t j = 0; j < nd->n_output; j++) {
+			Val *v = g_output(c, nd, j);
+			if (v)
+				v->nuse = 0, v->live = 0;
+		}
+	}
+	Onnx__ValueInfoProto **ends[] = { gp->input, gp->output };
+	size_t nends[] = { gp->n_input, gp->n_output };
+	for (int l = 0; l < 2; l++)
+		for (size_t i = 0; i < nends[l]; i++) {
+			Val *v = map_get(&g->val, ends[l][i]->name);
+			if (v)
+				v->nuse = 0, v->live = 0;
+		}
+	/* In node and input order, as index_graph adds them. */
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < ks[i]->n->n_input; j++) {
+			Val *v = in_val(ks[i], j);
+			if (v)
+				add_use(c, v, ks[i], g);
+		}
+	c->gen++;
+	c->inferred = 0;
+	return 0;
+}
+
 /* ---- topological sort ---- */
 
 int g_toposort(Ctx *c, Graph *g, Err *e)
@@ -986,5 +1047,7 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 		gp->node[i] = out[i]->n;
 		out[i]->pos = i;
 	}
+	g->order = out;
+	g->norder = n;
 	return 0;
 }

@@ -185,7 +185,7 @@ static int tidy(Ctx *c, Err *e)
 	g_dce(c);
 	if (g_toposort(c, c->g, e))
 		return -1;
-	return g_reindex(c, e) || g_infer(c, e);
+	return g_refresh(c, e) || g_infer(c, e);
 }
 
 /* Sorts every graph (an unsorted but acyclic input is fixed, a cycle is
