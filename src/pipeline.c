@@ -1,7 +1,8 @@
 /* The pipeline in one place: index, shapes -> detect -> bind -> per-layer
- * densify -> tidy -> shape-guard folding -> tidy -> check. Every rebuild of
- * the index (and of the shape inference on it) is written out here: detection results hold no index objects, and
- * the passes that take a Layer check it was detected on the current index. */
+ * densify -> tidy -> shape-guard folding -> tidy -> check. Every rebuild or
+ * refresh of the index (and the shape inference on it) is written out here:
+ * detection results hold no index objects, and the passes that take a Layer
+ * check it was detected on the current index. */
 #include "pipeline.h"
 
 #include <pthread.h>
@@ -181,7 +182,9 @@ static int count_convs(const Onnx__GraphProto *gp)
 static int tidy(Ctx *c, Err *e)
 {
 	/* Dead-node elimination and the sort read producers and positions,
-	 * which the mutation API keeps current: one rebuild after them. */
+	 * which the mutation API keeps current; after them only the use
+	 * lists are stale, and a refresh renews those (a model with bodies
+	 * is rebuilt). */
 	g_dce(c);
 	if (g_toposort(c, c->g, e))
 		return -1;
