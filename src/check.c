@@ -462,9 +462,12 @@ static int tensors_in_nodes(K *k, Onnx__NodeProto **node, size_t nn, int depth)
 
 /* ---- element types and attribute ranges ---- */
 
-static const char *in_name(const Node *n, size_t i)
+/* What inference found for input i of n: through the node's index entry,
+ * not its name (the checker asks a few times per node). */
+static const Ty *in_ty(const K *k, const Node *n, size_t i)
 {
-	return i < n->n_input ? n->input[i] : "";
+	const Val *v = g_input(k->c, n, i);
+	return v ? v->ty : NULL;
 }
 
 enum { I32 = 6, I64 = 7, BOOL = 9 };
@@ -677,13 +680,13 @@ static int ints_attr(const Node *n, const char *name, const int64_t **v)
 }
 
 /* Conv, ConvTranspose, pools: group, pads, strides, dilations, kernel. */
-static int check_window(K *k, const Graph *g, const Node *n)
+static int check_window(K *k, const Node *n)
 {
 	int conv = g_is(n, "Conv") || g_is(n, "ConvTranspose");
-	const char *x = in_name(n, 0), *w = in_name(n, 1);
-	int r = g_ty_rank(g, x);
+	const Ty *x = in_ty(k, n, 0), *w = in_ty(k, n, 1);
+	int r = ty_rank(x);
 	if (r < 0 && conv)
-		r = g_ty_rank(g, w);
+		r = ty_rank(w);
 	int sp = r >= 2 ? r - 2 : -1;
 	int64_t grp = g_attr_i(n, "group", 1);
 	if (conv && grp < 1)
@@ -708,7 +711,7 @@ static int check_window(K *k, const Graph *g, const Node *n)
 	if (!conv && cnt[3] < 0 && !strstr(n->op_type, "Global"))
 		return errf(k->e, "node '%s' (%s) has no kernel_shape; %s needs one", nname(n), n->op_type, n->op_type);
 	if (conv) {
-		int64_t c = g_ty_dim(g, x, 1), w0 = g_ty_dim(g, w, 0), w1 = g_ty_dim(g, w, 1);
+		int64_t c = ty_dim(x, 1), w0 = ty_dim(w, 0), w1 = ty_dim(w, 1);
 		int tr = g_is(n, "ConvTranspose");
 		if (!tr && c >= 0 && w1 >= 0 && (c % grp || c / grp != w1))
 			return errf(k->e, "node '%s' (Conv): the input has %" PRId64 " channels, but group %" PRId64 " with a weight of %" PRId64 " input channels per group reads a multiple of %" PRId64 "; group must divide the channels and match the weight",
@@ -721,7 +724,7 @@ static int check_window(K *k, const Graph *g, const Node *n)
 				    nname(n), c, grp, w0);
 	}
 	/* The (dilated) kernel must fit the padded input. */
-	if (sp <= 0 || g_ty_rank(g, x) != r)
+	if (sp <= 0 || ty_rank(x) != r)
 		return 0;
 	int same = 0;
 	const Onnx__AttributeProto *ap = g_attr(n, "auto_pad");
@@ -731,8 +734,8 @@ static int check_window(K *k, const Graph *g, const Node *n)
 	if (same || g_is(n, "ConvTranspose"))
 		return 0;
 	for (int i = 0; i < sp; i++) {
-		int64_t in = g_ty_dim(g, x, 2 + i);
-		int64_t ks = cnt[3] == sp ? v[3][i] : conv ? g_ty_dim(g, w, 2 + i) : -1;
+		int64_t in = ty_dim(x, 2 + i);
+		int64_t ks = cnt[3] == sp ? v[3][i] : conv ? ty_dim(w, 2 + i) : -1;
 		int64_t d = cnt[2] == sp ? v[2][i] : 1;
 		int64_t pad = 0, ek, avail;
 		if ((!valid && cnt[0] == 2 * sp && __builtin_add_overflow(v[0][i], v[0][sp + i], &pad)) || in < 0 || ks < 1 ||
@@ -746,13 +749,14 @@ static int check_window(K *k, const Graph *g, const Node *n)
 	return 0;
 }
 
-static int check_attrs(K *k, const Graph *g, const Node *n, const OpInfo *oi, int opset)
+static int check_attrs(K *k, const Node *n, const OpInfo *oi, int opset)
 {
-	if ((oi->flags & O_WINDOW) && check_window(k, g, n))
+	if ((oi->flags & O_WINDOW) && check_window(k, n))
 		return -1;
 	if (!(oi->flags & (O_AXIS0 | O_AXISLAST | O_OWN)))
 		return 0;
-	int r = g_ty_rank(g, in_name(n, 0));
+	const Ty *x = in_ty(k, n, 0);
+	int r = ty_rank(x);
 	if (((oi->flags & (O_AXIS0 | O_AXISLAST)) && axis_ok(k, n, "axis", r, 0)) ||
 	    (g_is(n, "Flatten") && axis_ok(k, n, "axis", r, 1)))
 		return -1;
@@ -761,11 +765,11 @@ static int check_attrs(K *k, const Graph *g, const Node *n, const OpInfo *oi, in
 		const Onnx__AttributeProto *a = g_attr(n, "k");
 		if (opset < 10 && a && a->has_i)
 			kk = a->i;
-		else if (opset >= 10 && g_ty_val(g, in_name(n, 1), 0, &v))
+		else if (opset >= 10 && ty_val(in_ty(k, n, 1), 0, &v))
 			kk = v;
 		if (kk != TY_UNK && kk < 0)
 			return errf(k->e, "node '%s' (TopK): K is %" PRId64 "; it must be non-negative", nname(n), kk);
-		int64_t ax = g_attr_i(n, "axis", -1), d = r >= 0 ? g_ty_dim(g, in_name(n, 0), ax) : -1;
+		int64_t ax = g_attr_i(n, "axis", -1), d = r >= 0 ? ty_dim(x, ax) : -1;
 		if (kk != TY_UNK && d >= 0 && kk > d)
 			return errf(k->e, "node '%s' (TopK): K is %" PRId64 " but axis %" PRId64 " has %" PRId64 " element%s; K must not exceed it",
 				    nname(n), kk, ax, d, d == 1 ? "" : "s");
@@ -796,7 +800,7 @@ static int check_attrs(K *k, const Graph *g, const Node *n, const OpInfo *oi, in
 			for (int i = 0; i < na; i++)
 				ax[i] = p[i];
 		} else if (n->n_input > 1 && *n->input[1]) {
-			const Ty *t = g_ty(g, n->input[1]);
+			const Ty *t = in_ty(k, n, 1);
 			na = t && t->val && t->nval <= TY_MAXRANK ? t->nval : -1;
 			for (int i = 0; i < na; i++)
 				if ((ax[i] = t->val[i]) == TY_UNK)
@@ -813,7 +817,7 @@ static int check_attrs(K *k, const Graph *g, const Node *n, const OpInfo *oi, in
 		}
 	}
 	if (g_is(n, "Reshape") && opset >= 5) {
-		const Ty *t = g_ty(g, in_name(n, 1));
+		const Ty *t = in_ty(k, n, 1);
 		int minus = 0;
 		for (int i = 0; t && t->val && i < t->nval; i++) {
 			if (t->val[i] != TY_UNK && t->val[i] < -1)
@@ -831,7 +835,7 @@ static int check_nodes(K *k, Graph *g, int opset)
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
 		const OpInfo *oi = is_default(n->domain) ? bsearch(n->op_type, OPS, sizeof OPS / sizeof *OPS, sizeof *OPS, by_op) : NULL;
-		if (oi && (check_types(k, g, n, oi, opset) || check_attrs(k, g, n, oi, opset)))
+		if (oi && (check_types(k, g, n, oi, opset) || check_attrs(k, n, oi, opset)))
 			return -1;
 	}
 	/* After the nodes: a mismatch there is the cause of one here. */

@@ -97,15 +97,13 @@ int g_ty_elem(const Graph *g, const char *name)
 	return t ? t->elem : 0;
 }
 
-int g_ty_rank(const Graph *g, const char *name)
+int ty_rank(const Ty *t)
 {
-	const Ty *t = g_ty(g, name);
 	return t ? t->rank : -1;
 }
 
-int64_t g_ty_dim(const Graph *g, const char *name, int64_t d)
+int64_t ty_dim(const Ty *t, int64_t d)
 {
-	const Ty *t = g_ty(g, name);
 	if (!t || t->rank < 0)
 		return -1;
 	if (d < 0)
@@ -113,13 +111,27 @@ int64_t g_ty_dim(const Graph *g, const char *name, int64_t d)
 	return d >= 0 && d < t->rank ? t->dim[d] : -1;
 }
 
-int g_ty_val(const Graph *g, const char *name, size_t i, int64_t *v)
+int ty_val(const Ty *t, size_t i, int64_t *v)
 {
-	const Ty *t = g_ty(g, name);
 	if (!t || !t->val || i >= (size_t)t->nval || t->val[i] == TY_UNK)
 		return 0;
 	*v = t->val[i];
 	return 1;
+}
+
+int g_ty_rank(const Graph *g, const char *name)
+{
+	return ty_rank(g_ty(g, name));
+}
+
+int64_t g_ty_dim(const Graph *g, const char *name, int64_t d)
+{
+	return ty_dim(g_ty(g, name), d);
+}
+
+int g_ty_val(const Graph *g, const char *name, size_t i, int64_t *v)
+{
+	return ty_val(g_ty(g, name), i, v);
 }
 
 int64_t g_ty_numel(const Graph *g, const char *name)

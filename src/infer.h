@@ -58,6 +58,11 @@ int64_t g_ty_dim(const Graph *g, const char *name, int64_t d);  /* d < 0 counts 
 int g_ty_val(const Graph *g, const char *name, size_t i, int64_t *v);
 int64_t g_ty_numel(const Graph *g, const char *name); /* -1 unknown */
 int64_t ty_numel(const Ty *t); /* -1 unknown or past INT64_MAX */
+/* The same queries on a Ty in hand (NULL: nothing known), for walks that
+ * have a node's inputs already: no name to look up again. */
+int ty_rank(const Ty *t);                 /* -1 unknown */
+int64_t ty_dim(const Ty *t, int64_t d);   /* d < 0 counts from the end; -1 unknown */
+int ty_val(const Ty *t, size_t i, int64_t *v);
 
 /* "float16[1,3,?,?]", "int64[2]={1,?}", "?": for messages and tests. */
 const char *ty_str(Arena *a, const Ty *t);
