@@ -95,6 +95,14 @@ typedef struct {
 	int copyin; /* at save time: keys read whole are copied into the output (key_read) */
 	char kb[4][512]; /* see kbuf */
 	int nkb;
+	/* get_bn's last result and what it was asked: a Conv's weight and
+	 * bias fold the same statistics one after the other, and each ask is
+	 * four keys formatted and looked up. */
+	struct {
+		char pre[256], bn[64];
+		const float *g, *b, *mu, *var;
+		int64_t n;
+	} bn;
 } Src;
 
 /* A checkpoint key for a lookup, formatted into one of a few rotating
@@ -211,6 +219,10 @@ typedef struct {
 
 static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 {
+	if (s->bn.var && strcmp(s->bn.bn, bn) == 0 && strcmp(s->bn.pre, pre) == 0) {
+		*o = (BN){ s->bn.g, s->bn.b, s->bn.mu, s->bn.var, s->bn.n };
+		return 0;
+	}
 	int64_t n1 = 0, n2 = 0, n3 = 0, n4 = 0;
 	o->var = key_f32(s, kbuf(s, "%s%s.running_var", pre, bn), &n1);
 	o->mu = key_f32(s, kbuf(s, "%s%s.running_mean", pre, bn), &n2);
@@ -219,6 +231,16 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 	if (!o->var || !o->mu || n1 != n2 || (o->g && n3 != n1) || (o->b && n4 != n1))
 		return -1;
 	o->n = n1;
+	s->bn.var = NULL;
+	if (strlen(pre) < sizeof s->bn.pre && strlen(bn) < sizeof s->bn.bn) {
+		strcpy(s->bn.pre, pre);
+		strcpy(s->bn.bn, bn);
+		s->bn.g = o->g;
+		s->bn.b = o->b;
+		s->bn.mu = o->mu;
+		s->bn.var = o->var;
+		s->bn.n = o->n;
+	}
 	return 0;
 }
 
