@@ -108,6 +108,11 @@ static Val *in_val(NodeInfo *k, size_t j)
 	return v;
 }
 
+Val *g_in(NodeInfo *k, size_t j)
+{
+	return j < k->n->n_input ? in_val(k, j) : NULL;
+}
+
 Val *g_input(const Ctx *c, const Node *n, size_t j)
 {
 	NodeInfo *k = info(c, n);

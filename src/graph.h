@@ -135,6 +135,8 @@ Val *g_val(const Graph *g, const char *name);
 /* The value input j of node n reads (g_val from n's graph), NULL for an
  * empty input or an undefined name; n must be in the index. */
 Val *g_input(const Ctx *c, const Node *n, size_t j);
+/* The same for a node whose index entry is at hand (walks that have it). */
+Val *g_in(NodeInfo *k, size_t j);
 /* The value of output j's name in n's graph (its producer is n unless the
  * model is malformed), NULL for an empty output. */
 Val *g_output(const Ctx *c, const Node *n, size_t j);

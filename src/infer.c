@@ -2125,11 +2125,12 @@ static Rule rule_of(const Node *n)
 
 static void rules(W *w, Graph *g, Node *n, Graph **subs, size_t ns);
 
-static void infer_node(W *w, Graph *g, Node *n, Val **out, Graph **subs, size_t ns)
+/* k: n's index entry (NULL: looked up). */
+static void infer_node(W *w, Graph *g, Node *n, NodeInfo *k, Val **out, Graph **subs, size_t ns)
 {
 	const Ty *fixed[8], **in = n->n_input <= 8 ? fixed : arena_alloc(w->tmp, n->n_input * sizeof *in);
 	for (size_t i = 0; i < n->n_input; i++) {
-		const Val *v = g_input(w->c, n, i);
+		const Val *v = k ? g_in(k, i) : g_input(w->c, n, i);
 		in[i] = v && v->ty ? v->ty : &UNKNOWN;
 	}
 	Cur cur = { in, n->n_input, out, n->n_output };
@@ -2208,7 +2209,7 @@ static void seed(W *w, Graph *g)
 		if (o) {
 			S s;
 			s_of(&s, o);
-			put_name(w, g, v->name, &s);
+			put_val(w, v, &s);
 		}
 	}
 	for (size_t i = 0; i < gp->n_initializer; i++) {
@@ -2220,7 +2221,7 @@ static void seed(W *w, Graph *g)
 		/* A main-graph initializer that is also an input is a default
 		 * the caller may replace: its values are not known. */
 		s_tensor(&s, t, v->isin && !g->parent);
-		put_name(w, g, t->name, &s);
+		put_val(w, v, &s);
 	}
 }
 
@@ -2287,7 +2288,7 @@ static void run(W *w, Graph *g)
 				if (s0 != SIZE_MAX)
 					while (s1 < g->nsub && g->sub[s1]->owner == nd)
 						s1++;
-				infer_node(w, g, nd, ov + off[k], s0 != SIZE_MAX ? g->sub + s0 : NULL, s0 != SIZE_MAX ? s1 - s0 : 0);
+				infer_node(w, g, nd, ks[k], ov + off[k], s0 != SIZE_MAX ? g->sub + s0 : NULL, s0 != SIZE_MAX ? s1 - s0 : 0);
 				for (size_t q = off[k]; q < off[k + 1]; q++) {
 					Val *v = ov[q];
 					for (size_t u = 0; v && u < v->nuse; u++) {
