@@ -551,22 +551,22 @@ int g_is_zero(const Graph *g, const char *name)
 
 const char *g_fresh(Ctx *c, const char *base)
 {
-	if (!map_get(&c->names, base)) {
-		const char *s = arena_strdup(c->a, base);
-		map_put(&c->names, s, (void *)s);
-		return s;
-	}
+	int added;
+	const char *b = map_add(&c->names, c->a, base, &added);
+	if (added)
+		return b;
 	/* base_1, base_2, ...: a counter per base keeps names short and the
-	 * search short when one base is asked for many times. */
+	 * search short when one base is asked for many times. Keyed by the
+	 * names map's own copy of base, which outlives the caller's. */
 	if (!c->fresh.a)
 		map_init(&c->fresh, c->a, 64);
-	size_t k = (size_t)(uintptr_t)map_get(&c->fresh, base), known = k;
+	void **k = map_ref(&c->fresh, b);
 	for (;;) {
-		const char *s = arena_printf(c->a, "%s_%zu", base, ++k);
-		if (!map_get(&c->names, s)) {
-			/* A base seen before keeps its key; only a new one is copied. */
-			map_put(&c->fresh, known ? base : arena_strdup(c->a, base), (void *)(uintptr_t)k);
-			map_put(&c->names, s, (void *)s);
+		*k = (void *)((uintptr_t)*k + 1);
+		const char *s = arena_printf(c->a, "%s_%zu", base, (size_t)(uintptr_t)*k);
+		void **r = map_ref(&c->names, s);
+		if (!*r) {
+			*r = (void *)s;
 			return s;
 		}
 	}

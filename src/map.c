@@ -107,6 +107,18 @@ static void *put(Map *m, const void *key, void *val)
 	return prev;
 }
 
+const char *map_add(Map *m, Arena *a, const char *key, int *added)
+{
+	size_t len = m->len;
+	MapSlot *s = claim(m, key);
+	*added = m->len != len;
+	if (*added) {
+		s->key = arena_strdup(a, key); /* equal, so its slot stays right */
+		s->val = (void *)s->key;
+	}
+	return s->key;
+}
+
 void map_init(Map *m, Arena *a, size_t hint) { init(m, a, hint, 0); }
 void *map_get(const Map *m, const char *key) { return get(m, key); }
 void *map_put(Map *m, const char *key, void *val) { return put(m, key, val); }

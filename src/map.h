@@ -31,6 +31,9 @@ void *map_put(Map *m, const char *key, void *val);
 /* The value slot of key, inserted holding NULL when absent: a get and a
  * put in one probe. The slot is valid until the next insertion. */
 void **map_ref(Map *m, const char *key);
+/* A set of names: the map's own copy of key, made in a and added (its
+ * value the copy, *added 1) when key was absent. One probe. */
+const char *map_add(Map *m, Arena *a, const char *key, int *added);
 uint64_t map_hash(const char *s);
 
 void pmap_init(PMap *m, Arena *a, size_t hint);
