@@ -29,6 +29,34 @@ START_TEST(map_many)
 }
 END_TEST
 
+/* A set of names: the caller's string is copied once, when added, and
+ * the copy is what later adds of an equal string get back. */
+START_TEST(map_add_copies_once)
+{
+	Arena *a = arena_new();
+	Map m;
+	map_init(&m, a, 0);
+	char k[16];
+	int added;
+	const char *first = NULL;
+	for (int i = 0; i < 3000; i++) { /* grows the table past a few rehashes */
+		snprintf(k, sizeof k, "n%d", i);
+		const char *s = map_add(&m, a, k, &added);
+		ck_assert(added);
+		ck_assert_ptr_ne(s, k);
+		ck_assert_str_eq(s, k);
+		ck_assert_ptr_eq(map_get(&m, k), s);
+		if (!i)
+			first = s;
+	}
+	strcpy(k, "n0");
+	ck_assert_ptr_eq(map_add(&m, a, k, &added), first);
+	ck_assert(!added);
+	ck_assert_uint_eq(m.len, 3000);
+	arena_free(a);
+}
+END_TEST
+
 START_TEST(arena_big_and_small)
 {
 	Arena *a = arena_new();
@@ -232,6 +260,7 @@ int main(void)
 	Suite *s = suite_create("core");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, map_many);
+	tcase_add_test(tc, map_add_copies_once);
 	tcase_add_test(tc, arena_big_and_small);
 	tcase_add_test(tc, arena_budget_checks);
 	tcase_add_test(tc, arena_across_threads);
