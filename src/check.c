@@ -204,6 +204,7 @@ static int check_graph(K *k, Graph *g, int depth)
 		mark_seen(g, gp->initializer[i]->name, tag);
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
+		g_node_at(c, g, i); /* what follows asks for this node's values */
 		const char *nn = nname(n);
 		if (!domain_known(c, n->domain))
 			return errf(e, "node '%s' (%s) uses domain '%s', which opset_import does not declare",
@@ -834,6 +835,7 @@ static int check_nodes(K *k, Graph *g, int opset)
 	Onnx__GraphProto *gp = g->gp;
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
+		g_node_at(k->c, g, i); /* its input types are asked next */
 		const OpInfo *oi = is_default(n->domain) ? bsearch(n->op_type, OPS, sizeof OPS / sizeof *OPS, sizeof *OPS, by_op) : NULL;
 		if (oi && (check_types(k, g, n, oi, opset) || check_attrs(k, n, oi, opset)))
 			return -1;

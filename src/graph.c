@@ -187,9 +187,11 @@ static int define_graph(Ctx *c, Graph *g, Err *e)
 			return errf(e, "initializer '%s' is defined twice; the model is malformed", t->name);
 		v->init = t;
 	}
+	g->order = arena_alloc_raw(c->ia, (gp->n_node ? gp->n_node : 1) * sizeof *g->order);
+	g->caporder = gp->n_node;
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
-		NodeInfo *k = place(c, n, g, i);
+		NodeInfo *k = g->order[g->norder++] = place(c, n, g, i);
 		if (n->name && *n->name && !c->named)
 			map_put(&c->names, n->name, (void *)1);
 		for (size_t j = 0; j < n->n_output; j++) {
@@ -252,7 +254,7 @@ static int index_graph(Ctx *c, Graph *g, Err *e)
 	}
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
-		NodeInfo *k = info(c, n);
+		NodeInfo *k = g_node_at(c, g, i);
 		for (size_t j = 0; j < n->n_input; j++) {
 			const char *name = n->input[j];
 			Val *v = in_val(k, j);
@@ -348,6 +350,17 @@ int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
 NodeInfo *g_info(const Ctx *c, const Node *n)
 {
 	return info(c, n);
+}
+
+NodeInfo *g_node_at(const Ctx *c, const Graph *g, size_t i)
+{
+	Node *n = g->gp->node[i];
+	if (i >= g->norder || g->order[i]->n != n)
+		return info(c, n);
+	/* The node's own queries (g_input, g_output) come next. */
+	if (c->memo)
+		*c->memo = (struct NodeMemo){ n, g->order[i] };
+	return g->order[i];
 }
 
 Graph *g_graph_of(const Ctx *c, const Node *n)
@@ -592,7 +605,12 @@ static NodeInfo *push_node(Ctx *c, Graph *g, Node *n)
 		g->capnode = cap;
 	}
 	gp->node[gp->n_node++] = n;
-	return place(c, n, g, gp->n_node - 1);
+	NodeInfo *k = place(c, n, g, gp->n_node - 1);
+	if (g->norder == gp->n_node - 1) {
+		g->order = grow_arr(c, g->order, g->norder, &g->caporder, sizeof *g->order);
+		g->order[g->norder++] = k;
+	}
+	return k;
 }
 
 static char **dup_strv(Ctx *c, const char *const *v, size_t n)
@@ -795,6 +813,7 @@ void g_move_node(Ctx *c, Node *n, Graph *to)
 			if (gp->node[i] != n)
 				gp->node[k++] = gp->node[i];
 		gp->n_node = k;
+		from->norder = 0;
 	}
 	NodeInfo *k = push_node(c, to, n);
 	for (size_t j = 0; j < n->n_output; j++)
@@ -893,14 +912,19 @@ static size_t sweep(Ctx *c, Graph *g)
 {
 	size_t removed = 0, k = 0;
 	Onnx__GraphProto *gp = g->gp;
+	int ordered = g->norder == gp->n_node; /* then order is rebuilt as nodes go */
 	for (size_t i = 0; i < gp->n_node; i++) {
-		NodeInfo *x = info(c, gp->node[i]);
-		if (x && x->live)
+		NodeInfo *x = g_node_at(c, g, i);
+		if (x && x->live) {
+			if (ordered)
+				g->order[k] = x;
 			gp->node[k++] = gp->node[i];
-		else
+		} else {
 			removed++;
+		}
 	}
 	gp->n_node = k;
+	g->norder = ordered ? k : 0;
 	k = 0;
 	for (size_t i = 0; i < gp->n_initializer; i++) {
 		Val *v = map_get(&g->val, gp->initializer[i]->name);
@@ -929,24 +953,14 @@ int g_refresh(Ctx *c, Err *e)
 	if (g->nsub) /* outer reads and bodies: not kept current */
 		return g_reindex(c, e);
 	size_t n = gp->n_node;
-	NodeInfo **ks = g->order;
-	if (g->norder != n)
-		ks = NULL;
-	for (size_t i = 0; ks && i < n; i++)
-		if (ks[i]->n != gp->node[i])
-			ks = NULL;
-	if (!ks) {
-		ks = arena_alloc_raw(c->ia, (n ? n : 1) * sizeof *ks);
-		for (size_t i = 0; i < n; i++)
-			if (!(ks[i] = info(c, gp->node[i])) || ks[i]->g != g)
-				return g_reindex(c, e);
-	}
 	/* Every value a kept node or the graph's boundary touches starts
 	 * with no uses, and g_dce's marks go (they are on the kept nodes and
 	 * the values they and the graph outputs read): the others are dead,
 	 * and nothing live reaches them. */
 	for (size_t i = 0; i < n; i++) {
-		NodeInfo *k = ks[i];
+		NodeInfo *k = g_node_at(c, g, i);
+		if (!k || k->g != g)
+			return g_reindex(c, e);
 		Node *nd = k->n;
 		for (size_t j = 0; j < nd->n_attribute; j++)
 			if (nd->attribute[j]->g || nd->attribute[j]->n_graphs) /* a body came with a clone */
@@ -972,12 +986,14 @@ int g_refresh(Ctx *c, Err *e)
 				v->nuse = 0, v->live = 0;
 		}
 	/* In node and input order, as index_graph adds them. */
-	for (size_t i = 0; i < n; i++)
-		for (size_t j = 0; j < ks[i]->n->n_input; j++) {
-			Val *v = in_val(ks[i], j);
+	for (size_t i = 0; i < n; i++) {
+		NodeInfo *k = g_node_at(c, g, i);
+		for (size_t j = 0; j < k->n->n_input; j++) {
+			Val *v = in_val(k, j);
 			if (v)
-				add_use(c, v, ks[i], g);
+				add_use(c, v, k, g);
 		}
+	}
 	c->gen++;
 	c->inferred = 0;
 	return 0;
@@ -1004,7 +1020,7 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 	Frame *st = arena_alloc(c->ia, (n + 1) * sizeof *st);
 	for (size_t i = 0; i < n; i++) {
 		Node *root = gp->node[i];
-		NodeInfo *rk = info(c, root);
+		NodeInfo *rk = g_node_at(c, g, i);
 		if (!rk) {
 			place(c, root, g, i);
 			rk = info(c, root);
@@ -1053,6 +1069,6 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 		out[i]->pos = i;
 	}
 	g->order = out;
-	g->norder = n;
+	g->norder = g->caporder = n;
 	return 0;
 }

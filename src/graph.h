@@ -74,8 +74,12 @@ struct Graph {
 	Graph **sub;      /* bodies of this graph's nodes, each node's together, in node order */
 	size_t nsub, capsub;
 	size_t capnode, capinit; /* capacities of gp->node / gp->initializer when grown by us */
-	NodeInfo **order; /* g_toposort's: order[i] is gp->node[i]'s while nothing moved */
-	size_t norder;
+	/* order[i] is gp->node[i]'s entry, i < norder: kept by the index,
+	 * new nodes, the sort and dead-node elimination, checked by every
+	 * reader (g_node_at), so an edit of gp->node elsewhere costs lookups,
+	 * not wrong answers. */
+	NodeInfo **order;
+	size_t norder, caporder;
 };
 
 /* An initializer whose values are written when the model is saved: a
@@ -141,6 +145,9 @@ Val *g_in(NodeInfo *k, size_t j);
  * model is malformed), NULL for an empty output. */
 Val *g_output(const Ctx *c, const Node *n, size_t j);
 Graph *g_graph_of(const Ctx *c, const Node *n);
+/* The index entry of g->gp->node[i], for walks over a graph's nodes:
+ * through g->order, without a lookup, where it is current. */
+NodeInfo *g_node_at(const Ctx *c, const Graph *g, size_t i);
 /* n's index entry, NULL when n is not in the index. */
 NodeInfo *g_info(const Ctx *c, const Node *n);
 /* The bodies of node n (an If's two, a Loop's one), which lives in g:

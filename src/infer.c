@@ -2238,7 +2238,7 @@ static void run(W *w, Graph *g)
 		NodeInfo **ks = arena_alloc(w->tmp, n * sizeof *ks);
 		size_t *off = arena_alloc(w->tmp, (n + 1) * sizeof *off);
 		for (size_t i = 0; i < n; i++) {
-			if ((ks[i] = g_info(w->c, gp->node[i])))
+			if ((ks[i] = g_node_at(w->c, g, i)))
 				ks[i]->pos = i;
 			off[i + 1] = off[i] + gp->node[i]->n_output;
 		}

@@ -333,6 +333,33 @@ START_TEST(refresh_reads_as_reindex)
 }
 END_TEST
 
+/* Walks find each node's entry by position; a list edited behind the
+ * API's back (here two nodes swapped) gives lookups, not wrong entries. */
+START_TEST(node_at_follows_the_list)
+{
+	T t;
+	mk(&t);
+	Node *a = add(&t, "Relu", "a", "x", NULL, "a_out");
+	Node *b = add(&t, "Relu", "b", "x", NULL, "y");
+	g_reindex(&t.c, &t.e);
+	Node *c = add(&t, "Relu", "c", "x", NULL, "c_out"); /* appended after the index */
+	ck_assert_ptr_eq(g_node_at(&t.c, t.c.g, 0)->n, a);
+	ck_assert_ptr_eq(g_node_at(&t.c, t.c.g, 2)->n, c);
+	Onnx__GraphProto *gp = t.c.m->graph;
+	gp->node[0] = b;
+	gp->node[1] = a;
+	ck_assert_ptr_eq(g_node_at(&t.c, t.c.g, 0)->n, b);
+	ck_assert_ptr_eq(g_node_at(&t.c, t.c.g, 1)->n, a);
+	ck_assert_ptr_eq(g_node_at(&t.c, t.c.g, 1), g_info(&t.c, a));
+	/* Elimination drops c and puts the list back in step. */
+	ck_assert_uint_eq(g_dce(&t.c), 2);
+	ck_assert_ptr_eq(g_node_at(&t.c, t.c.g, 0)->n, b);
+	ck_assert_uint_eq(t.c.g->norder, 1);
+	g_fini(&t.c);
+	arena_free(t.a);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("graph");
@@ -347,6 +374,7 @@ int main(void)
 	tcase_add_test(tc, rank_inference);
 	tcase_add_test(tc, put_attr_leaves_the_source);
 	tcase_add_test(tc, refresh_reads_as_reindex);
+	tcase_add_test(tc, node_at_follows_the_list);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
