@@ -9,7 +9,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -373,40 +372,6 @@ static int write_spec(const char *path, const Spec *s, Arena *a, Err *e)
 	return rc;
 }
 
-/* The folder part of a path: "." for a bare name, "/" for the root. */
-static const char *folder_of(Arena *a, const char *p)
-{
-	const char *s = strrchr(p, '/');
-	if (!s)
-		return ".";
-	return s == p ? "/" : arena_printf(a, "%.*s", (int)(s - p), p);
-}
-
-/* Two runs writing the same OUT with a data file (--external-data, or
- * automatic past 2 GiB) each rename their data file, then their model,
- * into place; interleaved, one run's model could end up over the other's
- * data. An exclusive flock on the data file's folder, held from the data
- * file's write to the model's, keeps each pair whole: the pair that lands
- * last is one run's. Returns the descriptor holding the lock (closing it
- * unlocks), -1 when the save writes no data file. Advisory only: where the
- * folder cannot be opened (the save will say why) or the file system has
- * no flock, the save goes ahead unlocked. */
-static int lock_data_folder(Arena *a, const Model *md, const char *out, const char *extdata)
-{
-	const char *data = extdata;
-	if (!strcmp(out, "-"))
-		return -1;
-	if (!data && protobuf_c_message_get_packed_size(&md->m->base) > INT32_MAX)
-		data = base_of(out); /* OUT.data beside OUT: only its folder matters */
-	if (!data)
-		return -1;
-	const char *dir = folder_of(a, arena_printf(a, "%s/%s", folder_of(a, out), data));
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	while (fd >= 0 && flock(fd, LOCK_EX) < 0 && errno == EINTR)
-		;
-	return fd;
-}
-
 /* One input's report entry: what main knows (input, output, status, the
  * error) around the Report's members. oneline: a JSON Lines record. */
 static void entry(FILE *js, int oneline, const char *in, const char *out, const char *status, const char *err,
@@ -480,11 +445,7 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, int on
 		goto done;
 	}
 	if (mode == RUN_REPAIR) {
-		int lk = lock_data_folder(a, &md, out, g->extdata);
-		int saved = model_save_as(&md, out, g->extdata, (g->in_place ? SAVE_IN_PLACE : 0) | (g->no_sync ? SAVE_NO_SYNC : 0), e);
-		if (lk >= 0)
-			close(lk);
-		if (saved < 0) {
+		if (model_save_as(&md, out, g->extdata, (g->in_place ? SAVE_IN_PLACE : 0) | (g->no_sync ? SAVE_NO_SYNC : 0), e) < 0) {
 			rc = 2;
 			goto done;
 		}

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -1018,9 +1019,30 @@ static void set_entry(Arena *a, Onnx__StringStringEntryProto **slot, const char 
 	*slot = kv;
 }
 
+/* Two runs writing the same OUT with a data file (--external-data, or
+ * automatic past 2 GiB) each rename their data file, then their model,
+ * into place; interleaved, one run's model could end up over the other's
+ * data. An exclusive flock on the data file's folder, held from the data
+ * file's write to the model's, keeps each pair whole: the pair that lands
+ * last is one run's. Taken here, where the save knows it writes a data
+ * file (deciding that before the save sized the whole model once more).
+ * Returns the descriptor holding the lock, -1 when none is held. Advisory
+ * only: where the folder cannot be opened (the save will say why) or the
+ * file system has no flock, the save goes ahead unlocked. */
+static int lock_folder_of(Arena *a, const char *path)
+{
+	const char *sl = strrchr(path, '/');
+	const char *dir = !sl ? "." : sl == path ? "/" : arena_printf(a, "%.*s", (int)(sl - path), path);
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	while (fd >= 0 && flock(fd, LOCK_EX) < 0 && errno == EINTR)
+		;
+	return fd;
+}
+
+static int save_with_data(Model *md, const char *out, const char *data, const char *path, int flags, Err *e);
+
 int model_save_as(Model *md, const char *out, const char *data, int flags, Err *e)
 {
-	Onnx__GraphProto *g = md->m->graph;
 	if (!data) {
 		Plan p;
 		plan(md, &p);
@@ -1047,6 +1069,16 @@ int model_save_as(Model *md, const char *out, const char *data, int flags, Err *
 	else
 		sl[sl == od] = 0;
 	const char *path = arena_printf(md->a, "%s/%s", od, data);
+	int lk = lock_folder_of(md->a, path);
+	int rc = save_with_data(md, out, data, path, flags, e);
+	if (lk >= 0)
+		close(lk);
+	return rc;
+}
+
+static int save_with_data(Model *md, const char *out, const char *data, const char *path, int flags, Err *e)
+{
+	Onnx__GraphProto *g = md->m->graph;
 	struct stat st;
 	int existed = stat(path, &st) == 0;
 	if (existed) {

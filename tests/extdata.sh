@@ -119,4 +119,25 @@ expect 2 "--external-data to standard output" -- \
 expect 2 "--external-data without --experts" -- "$BIN" "$M/broken.onnx" --external-data x.data &&
 	one_line_err "no experts"
 [ ! -e "$M/o3.onnx" ] && [ ! -e "$T/x.data" ] && [ ! -e "$M/x.data" ] || fail "refused runs left files"
+
+# A save with a data file holds a lock on the data file's folder from
+# the data's write to the model's (two runs writing one OUT keep their
+# pairs whole): while another process holds it, the run waits.
+if command -v flock >/dev/null; then
+	mkdir "$T/lk"
+	flock "$T/lk" sh -c ": >'$T/held'; sleep 1; echo released >>'$T/order'" &
+	holder=$!
+	while [ ! -e "$T/held" ]; do sleep 0.05; done
+	E=$top_srcdir/testdata/example
+	"$BIN" -q "$E/broken.onnx" --experts "$E/experts.yaml" -o "$T/lk/o.onnx" --external-data o.data &&
+		echo saved >>"$T/order"
+	wait "$holder"
+	if [ "$(tr '\n' ' ' <"$T/order")" = "released saved " ]; then
+		ok "--external-data waits for the data folder's lock"
+	else
+		fail "--external-data did not wait for the folder lock: $(cat "$T/order")"
+	fi
+else
+	echo "note: no flock(1) here, the folder lock is not tested"
+fi
 finish
