@@ -316,25 +316,35 @@ static int clashes(const Args *g, Arena *a, Err *e)
 	return 0;
 }
 
-static int same_file(const char *a, const char *b)
+/* file is path, by name or (when path exists: *sp) by inode. */
+static int is_file(const char *path, const struct stat *sp, const char *file)
 {
-	struct stat sa, sb;
-	if (!strcmp(a, b))
-		return 1;
-	return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	struct stat sf;
+	return !strcmp(path, file) ||
+	       (sp && stat(file, &sf) == 0 && sf.st_dev == sp->st_dev && sf.st_ino == sp->st_ino);
 }
 
 /* What no output may replace: experts.yaml and the weights it names (the
- * inputs and outputs are clashes()'s and model_save's). NULL: none. */
+ * inputs and outputs are clashes()'s and model_save's). NULL: none. The
+ * path is looked at once, and a weights file once however many layers
+ * name it (a stat per layer was 400 of them on a 400-layer model). */
 static const char *precious(const char *path, const Args *g, const Spec *spec)
 {
-	if (g->experts && same_file(path, g->experts))
+	struct stat st;
+	const struct stat *sp = stat(path, &st) == 0 ? &st : NULL;
+	if (g->experts && is_file(path, sp, g->experts))
 		return "the experts file";
-	if (spec && spec->weights && same_file(path, spec->weights))
+	const char *seen = spec ? spec->weights : NULL;
+	if (seen && is_file(path, sp, seen))
 		return "the weights file";
-	for (size_t i = 0; spec && i < spec->nlayer; i++)
-		if (spec->layer[i].weights && same_file(path, spec->layer[i].weights))
+	for (size_t i = 0; spec && i < spec->nlayer; i++) {
+		const char *w = spec->layer[i].weights;
+		if (!w || (seen && !strcmp(w, seen)))
+			continue;
+		if (is_file(path, sp, w))
 			return "a weights file";
+		seen = w;
+	}
 	return NULL;
 }
 
