@@ -590,6 +590,7 @@ const char *g_fresh(Ctx *c, const char *base)
  * value's own string (no copy) and its memo filled. */
 static void resolve_input(Ctx *c, NodeInfo *k, Node *n, size_t j, const char *name)
 {
+	c->edits++;
 	Val *v = k && *name ? g_val(k->g, name) : NULL;
 	n->input[j] = v ? (char *)v->name : arena_strdup(c->a, name);
 	if (k && j < k->nin)
@@ -605,6 +606,7 @@ static NodeInfo *push_node(Ctx *c, Graph *g, Node *n)
 		g->capnode = cap;
 	}
 	gp->node[gp->n_node++] = n;
+	c->edits++;
 	NodeInfo *k = place(c, n, g, gp->n_node - 1);
 	if (g->norder == gp->n_node - 1) {
 		g->order = grow_arr(c, g->order, g->norder, &g->caporder, sizeof *g->order);
@@ -770,6 +772,7 @@ static void replace_in(Ctx *c, Onnx__GraphProto *gp, const char *from, char *to)
 
 void g_replace_uses(Ctx *c, const char *from, const char *to)
 {
+	c->edits++;
 	/* A walk over every node: replacements are a handful per repaired layer,
 	 * and the index is rebuilt afterwards anyway. */
 	char *t = arena_strdup(c->a, to);
@@ -789,6 +792,7 @@ void g_set_name(Ctx *c, Node *n, const char *base)
 
 void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to)
 {
+	c->edits++;
 	NodeInfo *k = info(c, n);
 	Val *old = k && *n->output[idx] ? map_get(&k->g->val, n->output[idx]) : NULL;
 	if (old && old->def == n) {
@@ -1070,5 +1074,11 @@ int g_toposort(Ctx *c, Graph *g, Err *e)
 	}
 	g->order = out;
 	g->norder = g->caporder = n;
+	g->sorted = c->edits + 1;
 	return 0;
+}
+
+int g_is_sorted(const Ctx *c, const Graph *g)
+{
+	return g->sorted == c->edits + 1;
 }

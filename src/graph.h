@@ -80,6 +80,7 @@ struct Graph {
 	 * not wrong answers. */
 	NodeInfo **order;
 	size_t norder, caporder;
+	unsigned sorted; /* Ctx.edits + 1 when g_toposort ran and nothing changed since */
 };
 
 /* An initializer whose values are written when the model is saved: a
@@ -114,6 +115,8 @@ typedef struct {
 	unsigned gen;    /* counts g_reindex calls: results that hold index objects record it */
 	unsigned sorts;  /* g_toposort's calls, two tags each */
 	unsigned checks; /* g_check's scope walks, a tag each */
+	unsigned edits;  /* mutations that can break a topological order (new or
+	                  * moved nodes, changed inputs or outputs), counted */
 	int inferred;    /* g_infer has run on the current index (Val.ty is filled) */
 	/* Reads a tensor kept in external data (the model's mapping of its
 	 * file); set after g_init by whoever loaded the model, NULL: unreadable. */
@@ -250,6 +253,8 @@ int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e);
 size_t g_dce(Ctx *c);
 /* Stable topological sort: keeps the current order where it is valid. */
 int g_toposort(Ctx *c, Graph *g, Err *e);
+/* g's node order is topological (g_toposort's, nothing changed since). */
+int g_is_sorted(const Ctx *c, const Graph *g);
 /* The checker (src/check.c), run on the input before any pass and on the
  * output: structure (one producer per value, every input defined before
  * use or in an enclosing scope, domains declared, default-domain opset

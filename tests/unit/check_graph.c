@@ -174,6 +174,20 @@ START_TEST(toposort_is_stable)
 	/* Already sorted: unchanged. */
 	ck_assert_int_eq(g_toposort(&t.c, t.c.g, &t.e), 0);
 	ck_assert_str_eq(names(&t), "p q late sum");
+	/* Inference walks a sorted graph in its order: any edit that could
+	 * break the order says so. */
+	ck_assert(g_is_sorted(&t.c, t.c.g));
+	Node *r = add(&t, "Relu", "r", "x", NULL, "r_out");
+	ck_assert(!g_is_sorted(&t.c, t.c.g));
+	ck_assert_int_eq(g_toposort(&t.c, t.c.g, &t.e), 0);
+	ck_assert(g_is_sorted(&t.c, t.c.g));
+	g_set_input(&t.c, r, 0, "p_out");
+	ck_assert(!g_is_sorted(&t.c, t.c.g));
+	ck_assert_int_eq(g_toposort(&t.c, t.c.g, &t.e), 0);
+	g_rename_output(&t.c, r, 0, "r2");
+	ck_assert(!g_is_sorted(&t.c, t.c.g));
+	g_reindex(&t.c, &t.e); /* a new index knows no order */
+	ck_assert(!g_is_sorted(&t.c, t.c.g));
 	g_fini(&t.c);
 	arena_free(t.a);
 }
