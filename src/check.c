@@ -200,8 +200,11 @@ static int check_graph(K *k, Graph *g, int depth)
 	unsigned tag = ++c->checks;
 	for (size_t i = 0; i < gp->n_input; i++)
 		mark_seen(g, gp->input[i]->name, tag);
-	for (size_t i = 0; i < gp->n_initializer; i++)
-		mark_seen(g, gp->initializer[i]->name, tag);
+	for (size_t i = 0; i < gp->n_initializer; i++) {
+		Val *v = g_init_at(c, g, i);
+		if (v)
+			v->seen = tag;
+	}
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
 		g_node_at(c, g, i); /* what follows asks for this node's values */

@@ -180,12 +180,15 @@ static int define_graph(Ctx *c, Graph *g, Err *e)
 	Onnx__GraphProto *gp = g->gp;
 	for (size_t i = 0; i < gp->n_input; i++)
 		def_val(c, g, gp->input[i]->name, e)->isin = 1;
+	g->ival = arena_alloc_raw(c->ia, (gp->n_initializer ? gp->n_initializer : 1) * sizeof *g->ival);
+	g->capival = gp->n_initializer;
 	for (size_t i = 0; i < gp->n_initializer; i++) {
 		Tensor *t = gp->initializer[i];
 		Val *v = def_val(c, g, t->name, e);
 		if (v->init)
 			return errf(e, "initializer '%s' is defined twice; the model is malformed", t->name);
 		v->init = t;
+		g->ival[g->nival++] = v;
 	}
 	g->order = arena_alloc_raw(c->ia, (gp->n_node ? gp->n_node : 1) * sizeof *g->order);
 	g->caporder = gp->n_node;
@@ -350,6 +353,13 @@ int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
 NodeInfo *g_info(const Ctx *c, const Node *n)
 {
 	return info(c, n);
+}
+
+Val *g_init_at(const Ctx *c, const Graph *g, size_t i)
+{
+	(void)c;
+	Tensor *t = g->gp->initializer[i];
+	return i < g->nival && g->ival[i]->init == t ? g->ival[i] : map_get(&g->val, t->name);
 }
 
 NodeInfo *g_node_at(const Ctx *c, const Graph *g, size_t i)
@@ -727,6 +737,10 @@ Tensor *g_add_init(Ctx *c, Graph *g, const char *name, int dtype,
 	Err e;
 	Val *v = def_val(c, g, t->name, &e);
 	v->init = t;
+	if (g->nival == gp->n_initializer - 1) {
+		g->ival = grow_arr(c, g->ival, g->nival, &g->capival, sizeof *g->ival);
+		g->ival[g->nival++] = v;
+	}
 	return t;
 }
 
@@ -930,12 +944,17 @@ static size_t sweep(Ctx *c, Graph *g)
 	gp->n_node = k;
 	g->norder = ordered ? k : 0;
 	k = 0;
+	ordered = g->nival == gp->n_initializer;
 	for (size_t i = 0; i < gp->n_initializer; i++) {
-		Val *v = map_get(&g->val, gp->initializer[i]->name);
-		if (v && v->live)
+		Val *v = g_init_at(c, g, i);
+		if (v && v->live) {
+			if (ordered)
+				g->ival[k] = v;
 			gp->initializer[k++] = gp->initializer[i];
+		}
 	}
 	gp->n_initializer = k;
+	g->nival = ordered ? k : 0;
 	for (size_t i = 0; i < g->nsub; i++) {
 		NodeInfo *x = info(c, g->sub[i]->owner);
 		if (x && x->live)

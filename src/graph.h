@@ -81,6 +81,8 @@ struct Graph {
 	NodeInfo **order;
 	size_t norder, caporder;
 	unsigned sorted; /* Ctx.edits + 1 when g_toposort ran and nothing changed since */
+	Val **ival;       /* ival[i] is gp->initializer[i]'s value, i < nival: as order */
+	size_t nival, capival;
 };
 
 /* An initializer whose values are written when the model is saved: a
@@ -148,6 +150,9 @@ Val *g_in(NodeInfo *k, size_t j);
  * model is malformed), NULL for an empty output. */
 Val *g_output(const Ctx *c, const Node *n, size_t j);
 Graph *g_graph_of(const Ctx *c, const Node *n);
+/* The value of initializer g->gp->initializer[i], found as g_node_at
+ * finds nodes (NULL when the index has none). */
+Val *g_init_at(const Ctx *c, const Graph *g, size_t i);
 /* The index entry of g->gp->node[i], for walks over a graph's nodes:
  * through g->order, without a lookup, where it is current. */
 NodeInfo *g_node_at(const Ctx *c, const Graph *g, size_t i);
