@@ -88,6 +88,7 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 	const char ***over = arena_alloc(c->tmp, tpl->nnode * sizeof *over);
 	for (size_t i = 0; i < tpl->nnode; i++)
 		over[i] = arena_alloc(c->tmp, (tpl->node[i]->n_input + 1) * sizeof **over);
+	MoeBnMemo bm = { 0 };
 	for (size_t i = 0; i < m->n; i++) {
 		const Recipe *r = &m->r[i];
 		if (r->kind == R_SHARED)
@@ -101,13 +102,13 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 		size_t nb = (size_t)g_tensor_numel(t) * wt_dtype_size(t->data_type);
 		Tensor *nt;
 		if (nb >= LATER_MIN) {
-			Later *l = moe_build_later(c, L, r, t, id, w, e);
+			Later *l = moe_build_later(c, L, r, t, id, w, &bm, e);
 			if (!l)
 				return NULL;
 			nt = g_add_init_later(c, c->g, name, t->data_type, t->dims, t->n_dims, nb, l);
 		} else {
 			void *data;
-			if (moe_build(c, L, r, t, id, w, &data, &nb, e))
+			if (moe_build(c, L, r, t, id, w, &bm, &data, &nb, e))
 				return NULL;
 			nt = g_add_init(c, c->g, name, t->data_type, t->dims, t->n_dims, data, nb);
 		}

@@ -123,15 +123,26 @@ typedef struct {
 } Mapping;
 
 int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err *e);
+/* What the builds of one expert's tensors share: a BatchNorm folded into
+ * a Conv serves its weight and then its bias, and finding its statistics
+ * is four checkpoint lookups. Zeroed by the caller, used while the weight
+ * source is open and c->tmp not reset; NULL: nothing shared. */
+typedef struct {
+	char pre[256], bn[64];
+	const float *g, *b, *mu, *var;
+	int64_t n;
+} MoeBnMemo;
 /* Builds expert `id`'s version of template tensor r->tname, in t's dtype. */
-int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w,
+int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, MoeBnMemo *bm,
 	      void **data, size_t *nbytes, Err *e);
 /* The same into dst (numel x element size bytes): a stack of every
  * expert's tensor is written in place. */
-int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, void *dst, Err *e);
+int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, MoeBnMemo *bm,
+		   void *dst, Err *e);
 /* The same checked now and built when the model is written (Later, see
  * graph.h): for g_add_init_later. w must stay open until then. */
-Later *moe_build_later(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, Err *e);
+Later *moe_build_later(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, MoeBnMemo *bm,
+		       Err *e);
 /* New tensors from this size on are built when the model is written
  * (moe_build_later): below it, a record per tensor costs more than the
  * data, and a graph of tiny experts has tens of thousands of them. */

@@ -211,7 +211,7 @@ static int const_src(S *s, size_t i, size_t j, int id, int64_t per, const Recipe
 	}
 	if (r && r->kind != R_SHARED) {
 		void *d;
-		if (moe_build(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, &d, nb, s->e))
+		if (moe_build(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, NULL, &d, nb, s->e))
 			return -1;
 		*p = d;
 	} else if (q) {
@@ -244,7 +244,7 @@ static int const_into(S *s, size_t i, size_t j, int id, unsigned char *dst, int6
 	if (const_src(s, i, j, id, per, &r, &p, &nb))
 		return -1;
 	if (r)
-		return moe_build_into(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, dst, s->e);
+		return moe_build_into(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, NULL, dst, s->e);
 	repeat(dst, row, p, nb);
 	return 0;
 }
@@ -290,7 +290,7 @@ static Later *stack_later(S *s, size_t i, size_t j, int64_t per, size_t len)
 		const Recipe *r;
 		if (const_src(s, i, j, id, per, &r, &w->p, &w->nb))
 			return NULL;
-		if (r && !(w->b = moe_build_later(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, s->e)))
+		if (r && !(w->b = moe_build_later(s->c, s->L, r, g_const(s->tg, r->tname), id, s->w, NULL, s->e)))
 			return NULL;
 	}
 	return &st->l;

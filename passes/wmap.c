@@ -95,14 +95,9 @@ typedef struct {
 	int copyin; /* at save time: keys read whole are copied into the output (key_read) */
 	char kb[4][512]; /* see kbuf */
 	int nkb;
-	/* get_bn's last result and what it was asked: a Conv's weight and
-	 * bias fold the same statistics one after the other, and each ask is
-	 * four keys formatted and looked up. */
-	struct {
-		char pre[256], bn[64];
-		const float *g, *b, *mu, *var;
-		int64_t n;
-	} bn;
+	/* get_bn's last answer: its own, or one the caller shares between
+	 * the Srcs of one expert's builds (bnm) */
+	MoeBnMemo own, *bnm;
 } Src;
 
 /* A checkpoint key for a lookup, formatted into one of a few rotating
@@ -219,8 +214,11 @@ typedef struct {
 
 static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 {
-	if (s->bn.var && strcmp(s->bn.bn, bn) == 0 && strcmp(s->bn.pre, pre) == 0) {
-		*o = (BN){ s->bn.g, s->bn.b, s->bn.mu, s->bn.var, s->bn.n };
+	/* A Conv's weight and bias fold the same statistics one after the
+	 * other, and each ask is four keys formatted and looked up. */
+	MoeBnMemo *m = s->bnm ? s->bnm : &s->own;
+	if (m->var && strcmp(m->bn, bn) == 0 && strcmp(m->pre, pre) == 0) {
+		*o = (BN){ m->g, m->b, m->mu, m->var, m->n };
 		return 0;
 	}
 	int64_t n1 = 0, n2 = 0, n3 = 0, n4 = 0;
@@ -231,15 +229,15 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 	if (!o->var || !o->mu || n1 != n2 || (o->g && n3 != n1) || (o->b && n4 != n1))
 		return -1;
 	o->n = n1;
-	s->bn.var = NULL;
-	if (strlen(pre) < sizeof s->bn.pre && strlen(bn) < sizeof s->bn.bn) {
-		strcpy(s->bn.pre, pre);
-		strcpy(s->bn.bn, bn);
-		s->bn.g = o->g;
-		s->bn.b = o->b;
-		s->bn.mu = o->mu;
-		s->bn.var = o->var;
-		s->bn.n = o->n;
+	m->var = NULL;
+	if (strlen(pre) < sizeof m->pre && strlen(bn) < sizeof m->bn) {
+		strcpy(m->pre, pre);
+		strcpy(m->bn, bn);
+		m->g = o->g;
+		m->b = o->b;
+		m->mu = o->mu;
+		m->var = o->var;
+		m->n = o->n;
 	}
 	return 0;
 }
@@ -1140,24 +1138,25 @@ static int build_failed(Ctx *c, const Layer *L, int id, WSrc *w, const char *pre
 	return -1;
 }
 
-int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w,
+int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, MoeBnMemo *bm,
 	      void **data, size_t *nbytes, Err *e)
 {
 	int64_t n = g_tensor_numel(t);
 	size_t es = wt_dtype_size(t->data_type);
 	void *out = arena_bulk(c->a, (size_t)n * es + 1);
-	if (moe_build_into(c, L, r, t, id, w, out, e))
+	if (moe_build_into(c, L, r, t, id, w, bm, out, e))
 		return -1;
 	*data = out;
 	*nbytes = (size_t)n * es;
 	return 0;
 }
 
-int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, void *dst, Err *e)
+int moe_build_into(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, MoeBnMemo *bm,
+		   void *dst, Err *e)
 {
 	/* The cache starts empty and unallocated: f32 checkpoints never
 	 * use it, and this runs once per new tensor. */
-	Src s = { .c = c, .ta = c->tmp, .w = w, .cache = { .a = c->tmp } };
+	Src s = { .c = c, .ta = c->tmp, .w = w, .cache = { .a = c->tmp }, .bnm = bm };
 	char pb[256];
 	const char *pre;
 	if (build_check(c, L, r, t, id, w, pb, sizeof pb, &pre, e))
@@ -1186,9 +1185,10 @@ static int build_fill(const Later *l, void *dst, Arena *tmp, Err *e)
 	return 0;
 }
 
-Later *moe_build_later(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, Err *e)
+Later *moe_build_later(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, MoeBnMemo *bm,
+		       Err *e)
 {
-	Src s = { .c = c, .ta = c->tmp, .w = w, .cache = { .a = c->tmp } };
+	Src s = { .c = c, .ta = c->tmp, .w = w, .cache = { .a = c->tmp }, .bnm = bm };
 	char pb[256];
 	const char *pre;
 	int64_t n = g_tensor_numel(t);

@@ -19,6 +19,7 @@ typedef struct {
 	SpecLayer sl;
 	WSrc *w;
 	Mapping map;
+	MoeBnMemo bm; /* shared by the fixture's builds, as densify shares one an expert */
 } Fx;
 
 /* A layer named like /model.0/experts.N/... (pfx) or name-free (NULL);
@@ -30,6 +31,7 @@ static void begin(Fx *f, const char *pfx)
 	f->o = (Lopt){ .pfx = pfx, .E = 4, .k = 2, .ids = { 0, 2 }, .nid = 2 };
 	f->w = ck_new(f->b.a);
 	f->sl = mb_spec("model.0", 4, 2);
+	f->bm = (MoeBnMemo){ 0 };
 }
 
 static void end(Fx *f)
@@ -62,18 +64,23 @@ static const Recipe *recipe(Fx *f, size_t input)
 	return NULL;
 }
 
-/* What moe_build rebuilds for expert id by recipe r, against want. */
+/* What moe_build rebuilds for expert id by recipe r, against want: on
+ * its own, and with the memo the fixture's earlier builds (other experts,
+ * the weight before the bias) left. */
 static void built(Fx *f, const Recipe *r, int id, const float *want, size_t n)
 {
 	const Tensor *t = g_const(f->L->ex[0].g, r->tname);
 	ck_assert_ptr_nonnull(t);
-	void *data;
-	size_t nb;
-	ck_assert_msg(moe_build(&f->b.c, f->L, r, t, id, f->w, &data, &nb, &f->b.e) == 0, "moe_build: %s", f->b.e.msg);
-	ck_assert_uint_eq(nb, n * sizeof(float));
-	for (size_t i = 0; i < n; i++)
-		ck_assert_msg(((const float *)data)[i] == want[i], "expert %d, element %zu: %.9g, want %.9g", id, i,
-			      (double)((const float *)data)[i], (double)want[i]);
+	for (int shared = 0; shared < 2; shared++) {
+		void *data;
+		size_t nb;
+		ck_assert_msg(moe_build(&f->b.c, f->L, r, t, id, f->w, shared ? &f->bm : NULL, &data, &nb, &f->b.e) == 0,
+			      "moe_build: %s", f->b.e.msg);
+		ck_assert_uint_eq(nb, n * sizeof(float));
+		for (size_t i = 0; i < n; i++)
+			ck_assert_msg(((const float *)data)[i] == want[i], "expert %d, element %zu%s: %.9g, want %.9g", id, i,
+				      shared ? " (memo shared)" : "", (double)((const float *)data)[i], (double)want[i]);
+	}
 }
 
 /* ---- Conv + BatchNorm, folded as the exporter folds them ---- */
@@ -255,13 +262,13 @@ START_TEST(build_transposed)
 	Recipe r = { .tname = t.name, .kind = R_TRANS, .rest = "lin.weight" };
 	void *data;
 	size_t nb;
-	ck_assert_msg(moe_build(&f.b.c, f.L, &r, &t, 1, f.w, &data, &nb, &f.b.e) == 0, "moe_build: %s", f.b.e.msg);
+	ck_assert_msg(moe_build(&f.b.c, f.L, &r, &t, 1, f.w, NULL, &data, &nb, &f.b.e) == 0, "moe_build: %s", f.b.e.msg);
 	float want[6] = { -1, 7, -9, 0.5f, 8, 10 };
 	ck_assert_uint_eq(nb, sizeof want);
 	ck_assert_mem_eq(data, want, sizeof want);
 	/* A key that is not 2-D cannot be read transposed. */
 	r.rest = "conv.weight";
-	ck_assert_int_eq(moe_build(&f.b.c, f.L, &r, &t, 1, f.w, &data, &nb, &f.b.e), -1);
+	ck_assert_int_eq(moe_build(&f.b.c, f.L, &r, &t, 1, f.w, NULL, &data, &nb, &f.b.e), -1);
 	tu_err_has(f.b.e.msg, "no 2-D tensor 'model.0.experts.1.conv.weight' of 6 elements");
 	b_free(&f.b);
 }
