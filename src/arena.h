@@ -76,6 +76,10 @@ int arena_check(const Arena *a, Err *e);
 /* The budget in bytes; 0 selects the default. */
 void arena_set_budget(size_t bytes);
 size_t arena_budget(void);
+/* 1: a helper thread keeps one standard block populated ahead, which the
+ * next arena to need one takes (see arena.c); 0: it stops and its block
+ * goes. For a stretch of work on one thread that fills many blocks. */
+void arena_prefill(int on);
 /* Bytes of all arenas' blocks now held against the budget. */
 size_t arena_held(void);
 /* Fills e with the budget error for a request of n bytes; returns -1. */

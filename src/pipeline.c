@@ -236,6 +236,9 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	if (o->check_only || (!spec && !o->layout))
 		likely = NULL;
 	prefetch_start(&pf, likely, first ? first->checkpoint_key : NULL);
+	/* The second core, idle once the checkpoint is open: it populates
+	 * the next arena block while this one fills the last. */
+	arena_prefill(1);
 	/* The passes walk producers and consumers assuming a well-formed graph:
 	 * cycles, values defined twice or never are refused before any runs. */
 	if (g_init(&c, md->m, md->a, e) || sort_all(&c, c.g, e) || g_infer(&c, e) || g_check(&c, e))
@@ -286,9 +289,13 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	/* The first layer drops what opening and binding read too: the
 	 * header of a checkpoint of small tensors is as large as its data. */
 	size_t read = DROP_EVERY;
+	/* Not through the layers: a run of many layers peaks there, and a
+	 * block waiting would add to the peak. */
+	arena_prefill(0);
 	for (size_t i = 0; i < spec->nlayer; i++) {
 		Layer *l = bound[i];
 		LayerReport *lr = &r->layer[r->nlayer++];
+
 		report_layer(md->a, l, lr);
 		if (FORM_STATIC(l->form))
 			continue;
@@ -341,6 +348,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	 * before the reindex, where a run of many small layers peaks. */
 	if (!c.nlater)
 		close_opened(op);
+	arena_prefill(1);
 	if (r->changed && tidy(&c, e))
 		goto out;
 
@@ -373,6 +381,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	}
 out:
 	prefetch_end(&pf);
+	arena_prefill(0);
 	if (op)
 		close_opened(op);
 	g_fini(&c);
