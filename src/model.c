@@ -1031,9 +1031,7 @@ static void set_entry(Arena *a, Onnx__StringStringEntryProto **slot, const char 
  * file system has no flock, the save goes ahead unlocked. */
 static int lock_folder_of(Arena *a, const char *path)
 {
-	const char *sl = strrchr(path, '/');
-	const char *dir = !sl ? "." : sl == path ? "/" : arena_printf(a, "%.*s", (int)(sl - path), path);
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = open(dir_of(a, path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	while (fd >= 0 && flock(fd, LOCK_EX) < 0 && errno == EINTR)
 		;
 	return fd;
