@@ -201,7 +201,7 @@ static int check_graph(K *k, Graph *g, int depth)
 	for (size_t i = 0; i < gp->n_input; i++)
 		mark_seen(g, gp->input[i]->name, tag);
 	for (size_t i = 0; i < gp->n_initializer; i++) {
-		Val *v = g_init_at(c, g, i);
+		Val *v = g_init_at(g, i);
 		if (v)
 			v->seen = tag;
 	}

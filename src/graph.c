@@ -355,9 +355,8 @@ NodeInfo *g_info(const Ctx *c, const Node *n)
 	return info(c, n);
 }
 
-Val *g_init_at(const Ctx *c, const Graph *g, size_t i)
+Val *g_init_at(const Graph *g, size_t i)
 {
-	(void)c;
 	Tensor *t = g->gp->initializer[i];
 	return i < g->nival && g->ival[i]->init == t ? g->ival[i] : map_get(&g->val, t->name);
 }
@@ -946,7 +945,7 @@ static size_t sweep(Ctx *c, Graph *g)
 	k = 0;
 	ordered = g->nival == gp->n_initializer;
 	for (size_t i = 0; i < gp->n_initializer; i++) {
-		Val *v = g_init_at(c, g, i);
+		Val *v = g_init_at(g, i);
 		if (v && v->live) {
 			if (ordered)
 				g->ival[k] = v;

@@ -152,7 +152,7 @@ Val *g_output(const Ctx *c, const Node *n, size_t j);
 Graph *g_graph_of(const Ctx *c, const Node *n);
 /* The value of initializer g->gp->initializer[i], found as g_node_at
  * finds nodes (NULL when the index has none). */
-Val *g_init_at(const Ctx *c, const Graph *g, size_t i);
+Val *g_init_at(const Graph *g, size_t i);
 /* The index entry of g->gp->node[i], for walks over a graph's nodes:
  * through g->order, without a lookup, where it is current. */
 NodeInfo *g_node_at(const Ctx *c, const Graph *g, size_t i);

@@ -2214,7 +2214,7 @@ static void seed(W *w, Graph *g)
 	}
 	for (size_t i = 0; i < gp->n_initializer; i++) {
 		Tensor *t = gp->initializer[i];
-		Val *v = g_init_at(w->c, g, i);
+		Val *v = g_init_at(g, i);
 		if (!v || v->init != t)
 			continue;
 		S s;
