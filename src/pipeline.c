@@ -295,7 +295,6 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	for (size_t i = 0; i < spec->nlayer; i++) {
 		Layer *l = bound[i];
 		LayerReport *lr = &r->layer[r->nlayer++];
-
 		report_layer(md->a, l, lr);
 		if (FORM_STATIC(l->form))
 			continue;
@@ -345,7 +344,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	}
 	/* Nothing reads the checkpoints after the repairs but the save's
 	 * builds of new weights: without those, their indexes and mappings go
-	 * before the reindex, where a run of many small layers peaks. */
+	 * now, before the index is refreshed and inferred again. */
 	if (!c.nlater)
 		close_opened(op);
 	arena_prefill(1);
