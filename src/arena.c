@@ -155,9 +155,11 @@ static Block *huge_block(size_t sz, size_t pop)
 
 /* One standard block made ahead by a helper thread (arena_prefill): the
  * kernel's population of a block is usually 0.25 ms, but right after
- * another process freed memory it took up to 15x as long (the host backs
- * the pages again), 0.19 s over a 400-layer repair; made on the idle core
- * while the repair fills the block before, it costs the repair nothing.
+ * another process freed memory it took 17x-21x as long on this virtual
+ * machine (0.19-0.23 s against 0.011 s over a 400-layer repair, summed
+ * with strace -T; likely the host backing the pages again). Made on the
+ * idle core while the repair fills the block before, it costs the repair
+ * nothing.
  * The block joins the budget when an arena takes it, so budget errors are
  * where they were; the one block waiting is outside it. */
 static struct {
