@@ -470,38 +470,77 @@ static void cand_add(Src *s, Cands *cs, const Recipe *r, double d)
 	cs->v[cs->n++] = (Cand){ *r, d };
 }
 
-/* How closely recipe r rebuilds f (n elements) for the expert at pre: a
- * sample first, since most candidates (other convs, other eps)
- * fail on it without a full rebuild. Negative when it does not. */
-static double try_recipe(Src *s, const Recipe *r, const char *pre, int64_t n, const float *f, double tol)
+enum { MAXEPS = sizeof EPS / sizeof *EPS };
+
+/* reldiff(rebuild(r[j]), f) for k <= MAXEPS recipes alike but for a fold's
+ * eps, into d[j]. A weight fold is compared in one pass for all k, with
+ * no rebuild stored: this loop reads the template's weights for each eps
+ * their sample let through, and every present expert kept inline, most of
+ * a repair's reading. The arithmetic is rebuild's and reldiff's. */
+static int full_diff(Src *s, const Recipe *r, int k, const char *pre, int64_t n, const float *f, double *d, Err *e)
 {
-	Err e;
-	double sd;
-	if (sample_diff(s, r, pre, n, f, &sd, &e) < 0 || sd > tol)
-		return -1;
-	const float *x = rebuild(s, r, pre, n, scratch(s, n), &e);
-	double d = x ? reldiff(x, f, n) : INFINITY;
-	return d <= tol ? d : -1;
+	if (r->kind != R_FOLD_W) {
+		for (int j = 0; j < k; j++) {
+			const float *x = rebuild(s, &r[j], pre, n, scratch(s, n), e);
+			if (!x)
+				return -1;
+			d[j] = reldiff(x, f, n);
+		}
+		return 0;
+	}
+	int64_t kn = 0;
+	BN bn;
+	if (get_bn(s, pre, r->bn, &bn))
+		return errf(e, "no BatchNorm statistics '%s%s.running_var/running_mean' in %s", pre, r->bn, s->w->path);
+	const char *key = kbuf(s, "%s%s", pre, r->rest); /* after get_bn's, which rotate the buffers */
+	const float *w = key_whole(s, key, &kn);
+	if (!w || kn != n || bn.n <= 0 || n % bn.n)
+		return errf(e, "no Conv weight '%s' of %lld elements in %s", key, (long long)n, s->w->path);
+	int64_t per = n / bn.n;
+	float dm[MAXEPS] = { 0 }, m = 0;
+	int nan[MAXEPS] = { 0 };
+	for (int64_t o = 0; o < bn.n; o++) {
+		const float *wo = w + o * per, *fo = f + o * per;
+		for (int64_t i = 0; i < per; i++) {
+			float y = fabsf(fo[i]);
+			m = y > m ? y : m;
+		}
+		for (int j = 0; j < k; j++) {
+			float sc = (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r[j].eps)), dj = dm[j];
+			int nj = 0;
+			for (int64_t i = 0; i < per; i++) {
+				float x = fabsf(wo[i] * sc - fo[i]);
+				nj |= x != x;
+				dj = x > dj ? x : dj;
+			}
+			dm[j] = dj;
+			nan[j] |= nj;
+		}
+	}
+	for (int j = 0; j < k; j++)
+		d[j] = nan[j] ? INFINITY : dm[j] / (m > 1e-12f ? (double)m : 1e-12);
+	return 0;
 }
 
-/* A fold recipe with every eps worth trying: the one the checkpoint
- * records for the BatchNorm, else the usual values. */
+/* A fold recipe with every eps worth trying (the one the checkpoint
+ * records for the BatchNorm, else the usual values), each that rebuilds f
+ * (n elements) for the expert at pre within tol a candidate. A sample
+ * first: most (other convs, other eps) fail on it. */
 static void try_fold(Src *s, Cands *cs, Recipe *r, const char *pre, int64_t n, const float *f, double tol)
 {
-	double eps;
-	if (wsrc_attr(s->w, kbuf(s, "%s%s.eps", pre, r->bn), &eps)) {
-		r->eps = eps;
-		double d = try_recipe(s, r, pre, n, f, tol);
-		if (d >= 0)
-			cand_add(s, cs, r, d);
-		return;
+	double eps, sd, d[MAXEPS];
+	Recipe ok[MAXEPS];
+	int k = 0, own = wsrc_attr(s->w, kbuf(s, "%s%s.eps", pre, r->bn), &eps);
+	Err e;
+	for (int q = 0; q < (own ? 1 : MAXEPS); q++) {
+		r->eps = own ? eps : EPS[q];
+		if (sample_diff(s, r, pre, n, f, &sd, &e) == 0 && sd <= tol)
+			ok[k++] = *r;
 	}
-	for (size_t q = 0; q < sizeof EPS / sizeof *EPS; q++) {
-		r->eps = EPS[q];
-		double d = try_recipe(s, r, pre, n, f, tol);
-		if (d >= 0)
-			cand_add(s, cs, r, d);
-	}
+	if (k && full_diff(s, ok, k, pre, n, f, d, &e) == 0)
+		for (int j = 0; j < k; j++)
+			if (d[j] <= tol)
+				cand_add(s, cs, &ok[j], d[j]);
 }
 
 /* Every recipe that rebuilds template tensor t (values f, n elements) of
@@ -648,10 +687,8 @@ static int verify(Src *s, const Layer *L, const Expert *tpl, const Expert *q, co
 	const char *qpre = key_prefix(c, L, q->id);
 	int external = u->has_data_location && u->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
 	if (q == tpl || !external) {
-		const float *x = rebuild(s, r, qpre, n, scratch(s, n), e);
-		if (!x)
+		if (full_diff(s, r, 1, qpre, n, f, d, e))
 			return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, q->id, qn);
-		*d = reldiff(x, f, n);
 		return 0;
 	}
 	if (sample_diff(s, r, qpre, n, f, d, e) < 0)

@@ -342,6 +342,27 @@ START_TEST(fold_eps_best_fit)
 }
 END_TEST
 
+/* A large running variance brings the usual eps within tolerance of each
+ * other (1e-6, 1e-5 and 1e-4 all pass the sample at var 10): the weight
+ * is then compared for all of them in one pass, and the exact one must
+ * still win. */
+START_TEST(fold_eps_best_fit_among_close)
+{
+	static const double eps[] = { 1e-6, 1e-5, 1e-4 };
+	for (size_t q = 0; q < sizeof eps / sizeof *eps; q++) {
+		Fx f;
+		begin(&f, "/model.0");
+		ck_bn(f.w, 4, 10, 0, FLOAT);
+		folded(&f, 10, 0, eps[q]);
+		end(&f);
+		MAP_OK(&f);
+		ck_assert_msg(recipe(&f, 1)->eps == eps[q], "weight: eps %g, want %g", recipe(&f, 1)->eps, eps[q]);
+		ck_assert(f.map.maxdiff == 0);
+		b_free(&f.b);
+	}
+}
+END_TEST
+
 /* An fp16 checkpoint (a half-precision trainer's) is compared at half
  * precision's tolerance, 1e-3: a present expert exported at fp32 from
  * the upcast weights may differ by fp16's rounding, and a fold with eps
@@ -643,6 +664,7 @@ int main(void)
 	tcase_add_test(tc, fold_without_conv_bias);
 	tcase_add_test(tc, fold_with_conv_bias);
 	tcase_add_test(tc, fold_eps_best_fit);
+	tcase_add_test(tc, fold_eps_best_fit_among_close);
 	tcase_add_test(tc, fold_eps_fp16_checkpoint);
 	tcase_add_test(tc, fold_eps_recorded);
 	suite_add_tcase(s, tc);
