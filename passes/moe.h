@@ -115,6 +115,10 @@ typedef struct {
 /* The key suffix (under the expert path) naming what recipe r rebuilds:
  * the key itself, or marked as folded (:bnfold) or transposed (:T). */
 const char *moe_recipe_key(Arena *a, const Recipe *r);
+/* Raises *d to the largest |a[i] * sc - b[i]| of n, and *m (when not
+ * NULL) to the largest |b[i]|; 1 when a difference is NaN. The kernel of
+ * every whole comparison of weights (see wmap.c). */
+int moe_diff_max(const float *a, float sc, const float *b, int64_t n, float *d, float *m);
 
 typedef struct {
 	Recipe *r;

@@ -6,6 +6,7 @@
  * "model.0.experts.{i}.". */
 #include <check.h>
 #include <math.h>
+#include <string.h>
 
 #include "moebuild.h"
 #include "testutil.h"
@@ -653,6 +654,50 @@ START_TEST(refuse_present_expert_differs)
 }
 END_TEST
 
+/* The comparison kernel against its scalar definition, on every length
+ * around its eight-lane blocks and with the largest difference at every
+ * position: the same maxima, and a NaN anywhere (in a block or in the
+ * tail) reported. */
+static void diff_max_case(const float *a, const float *b, int n, float sc)
+{
+	float d = 0.125f, m = 0.25f, wd = d, wm = m, d2 = d;
+	for (int i = 0; i < n; i++) {
+		float x = fabsf(a[i] * sc - b[i]), y = fabsf(b[i]);
+		wd = x > wd ? x : wd;
+		wm = y > wm ? y : wm;
+	}
+	ck_assert_int_eq(moe_diff_max(a, sc, b, n, &d, &m), 0);
+	ck_assert_msg(d == wd && m == wm, "n %d sc %g: %g %g, want %g %g", n, sc, d, m, wd, wm);
+	ck_assert_int_eq(moe_diff_max(a, sc, b, n, &d2, NULL), 0);
+	ck_assert(d2 == wd);
+}
+
+START_TEST(diff_max_as_scalar)
+{
+	float a[40], b[40];
+	for (int i = 0; i < 40; i++) {
+		a[i] = (float)sin(1.7 * i) * 3;
+		b[i] = (float)cos(0.9 * i);
+	}
+	for (int n = 0; n <= 40; n++)
+		for (int p = 0; p <= n; p++) {
+			float c[40];
+			memcpy(c, b, sizeof c);
+			if (p < n)
+				c[p] = -50 - p;
+			diff_max_case(a, c, n, 1.0f);
+			diff_max_case(a, c, n, 0.7f);
+		}
+	for (int at = 0; at < 21; at++) {
+		float c[21], d = 0, m = 0;
+		memcpy(c, a, sizeof c);
+		c[at] = NAN;
+		ck_assert_msg(moe_diff_max(c, 1.0f, b, 21, &d, &m) == 1, "NaN at %d not reported", at);
+		ck_assert_msg(moe_diff_max(b, 1.0f, c, 21, &d, &m) == 1, "NaN at %d (b) not reported", at);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("wmap");
@@ -678,6 +723,7 @@ int main(void)
 	tcase_add_test(tc, refuse_other_structure);
 	tcase_add_test(tc, refuse_input_from_an_expert_family);
 	tcase_add_test(tc, refuse_present_expert_differs);
+	tcase_add_test(tc, diff_max_as_scalar);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
