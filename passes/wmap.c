@@ -93,6 +93,11 @@ typedef struct {
 	size_t ntmp;
 	int lowp;   /* a half-precision checkpoint tensor was read: compare at its precision */
 	int copyin; /* at save time: keys read whole are copied into the output (key_read) */
+	/* sample_diff's last samples, raw, of a pair of tensors: every
+	 * candidate recipe of a tensor samples the same pair on each expert */
+	const float *sa, *sb;
+	int64_t sn;
+	float *smp;
 	char kb[4][512]; /* see kbuf */
 	int nkb;
 	/* get_bn's last answer: its own, or one the caller shares between
@@ -485,8 +490,16 @@ static int sample_diff(Src *s, const Recipe *r, const char *pre, int64_t n, cons
 		return errf(e, "no BatchNorm statistics '%s%s' for %lld weights in %s", pre, r->bn, (long long)n,
 			    s->w->path);
 	int64_t per = r->kind == R_FOLD_W ? n / bn.n : 1, ns = nsamples(n);
-	float *x = scratch(s, 2 * SAMPLES), *y = x + SAMPLES;
-	gather(src, f, n, x, y);
+	if (!s->smp)
+		s->smp = arena_alloc_raw(s->ta, 3 * SAMPLES * sizeof *s->smp);
+	float *x = s->smp + 2 * SAMPLES, *y = s->smp + SAMPLES;
+	if (src != s->sa || f != s->sb || n != s->sn) {
+		gather(src, f, n, s->smp, y);
+		s->sa = src;
+		s->sb = f;
+		s->sn = n;
+	}
+	memcpy(x, s->smp, (size_t)ns * sizeof *x);
 	for (int64_t m = 0; m < ns && r->kind == R_FOLD_W; m++) {
 		int64_t o = sample_at(n, m) / per;
 		x[m] *= (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps));
@@ -1057,9 +1070,14 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 			maxd[j] = cs.v[j].d;
 			cs.v[j].r.node = sl[i].node;
 			cs.v[j].r.input = sl[i].input;
-			for (size_t k = 0; k < L->nex && maxd[j] <= tol; k++) {
+		}
+		/* Expert by expert, so that the candidates sample each expert's
+		 * tensor in turn (sample_diff keeps the last sample); a candidate
+		 * stops at its first expert past tol. */
+		for (size_t k = 0; k < L->nex; k++)
+			for (size_t j = 0; j < cs.n && &L->ex[k] != tpl; j++) {
 				double d;
-				if (&L->ex[k] == tpl)
+				if (maxd[j] > tol)
 					continue;
 				if (verify(&s, L, tpl, &L->ex[k], &sl[i], &cs.v[j].r, &d, e))
 					return -1;
@@ -1071,11 +1089,11 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 					worstid = L->ex[k].id;
 				}
 			}
+		for (size_t j = 0; j < cs.n; j++)
 			if (maxd[j] <= tol && maxd[j] < best) {
 				best = maxd[j];
 				pick = j;
 			}
-		}
 		/* Candidates that fit exactly as well must rebuild the missing
 		 * experts alike; where they do not, the one with more evidence
 		 * wins (see evidence), or the repair stops. The best-supported
