@@ -918,6 +918,14 @@ static void plan(const Model *md, Plan *p)
 	p->total += 1 + varint_len(p->graph) + p->graph;
 }
 
+static int has_body(const Onnx__NodeProto *n)
+{
+	for (size_t j = 0; j < n->n_attribute; j++)
+		if (n->attribute[j]->g || n->attribute[j]->n_graphs)
+			return 1;
+	return 0;
+}
+
 static void pack(const Model *md, const Plan *p, ProtobufCBuffer *b)
 {
 	const Onnx__GraphProto *g = md->m->graph;
@@ -926,10 +934,26 @@ static void pack(const Model *md, const Plan *p, ProtobufCBuffer *b)
 		static const uint8_t graph_tag = 7 << 3 | 2, node_tag = 1 << 3 | 2;
 		b->append(b, 1, &graph_tag);
 		put_varint(b, p->graph);
+		/* A node packed in memory, then appended whole: pack_to_buffer
+		 * appends each field, name and tag on its own, and a graph of
+		 * small nodes is mostly those calls. Bodies (If, Loop) go field
+		 * by field: only the sink knows tensors it fills when written. */
+		uint8_t buf[4096];
 		for (size_t i = 0; i < g->n_node; i++) {
-			b->append(b, 1, &node_tag);
-			put_varint(b, p->node[i]);
-			protobuf_c_message_pack_to_buffer(&g->node[i]->base, b);
+			const Onnx__NodeProto *n = g->node[i];
+			size_t k = 1, sz = p->node[i];
+			buf[0] = node_tag;
+			for (size_t v = sz; v >= 0x80; v >>= 7)
+				buf[k++] = (uint8_t)(v | 0x80);
+			buf[k] = (uint8_t)(sz >> 7 * (k - 1));
+			k++;
+			if (sz <= sizeof buf - k && !has_body(n)) {
+				protobuf_c_message_pack(&n->base, buf + k);
+				b->append(b, k + sz, buf);
+				continue;
+			}
+			b->append(b, k, buf);
+			protobuf_c_message_pack_to_buffer(&n->base, b);
 		}
 		protobuf_c_message_pack_to_buffer(&p->rest.base, b);
 	}
