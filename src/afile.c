@@ -137,6 +137,15 @@ int afile_open(AFile *f, const char *path, int flags, Err *e)
 	return 0;
 }
 
+int afile_check(const char *path, Err *e)
+{
+	AFile f;
+	if (afile_open(&f, path, 0, e) < 0)
+		return -1;
+	afile_abort(&f);
+	return 0;
+}
+
 /* Starts write-back of what has been written so far, every WB_STEP bytes:
  * the disk then works while we write the rest, and the fsync at commit
  * waits for a tail instead of the whole file. */

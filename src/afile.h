@@ -33,6 +33,9 @@ enum {
  * and owner. "-" writes straight to standard output (nothing atomic about
  * a pipe). */
 int afile_open(AFile *f, const char *path, int flags, Err *e);
+/* Whether afile_open would succeed on path, by opening and aborting: a
+ * run checks its outputs before the work, not after. */
+int afile_check(const char *path, Err *e);
 /* Buffered; on failure remembers errno and drops further writes, so a
  * caller streaming through callbacks checks once, at commit. */
 void afile_write(AFile *f, const void *p, size_t n);

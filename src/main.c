@@ -430,6 +430,10 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, int on
 	}
 	loaded = 1;
 	md.progress = &pg;
+	if (out && model_save_check(&md, out, g->extdata, g->in_place ? SAVE_IN_PLACE : 0, e) < 0) {
+		rc = 2;
+		goto done;
+	}
 	t1 = now();
 	if (!g->passthrough) {
 		Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose,

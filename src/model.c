@@ -818,7 +818,7 @@ static int same_bytes(const char *p1, const char *p2)
 
 /* Untouched external tensors keep their relative location, so from the
  * output's folder each location must name the same bytes. */
-static int ext_portable(const Model *md, const char *out, Err *e)
+static int ext_portable(const Model *md, const char *out, int bytes, Err *e)
 {
 	char *od = strdup(out);
 	if (!od)
@@ -853,7 +853,7 @@ static int ext_portable(const Model *md, const char *out, Err *e)
 			          out, x->loc, p, md->dir, x->path, p);
 		else if (S_ISLNK(st.st_mode))
 			rc = errf(e, "%s: %s is a symlink, which loading the output would refuse; copy the data file there instead", out, p);
-		else if (!(st.st_dev == x->dev && st.st_ino == x->ino) && !same_bytes(x->path, p))
+		else if (bytes && !(st.st_dev == x->dev && st.st_ino == x->ino) && !same_bytes(x->path, p))
 			rc = errf(e, "%s: %s differs from the input's external data %s; write the output into %s, or replace %s with a copy",
 			          out, p, x->path, md->dir, p);
 		free(p);
@@ -962,6 +962,25 @@ static void pack(const Model *md, const Plan *p, ProtobufCBuffer *b)
 
 static int save_planned(Model *md, const Plan *p, const char *out, int flags, Err *e);
 
+/* What out may not be: a terminal, the input (unless in place), one of
+ * its external data files. */
+static int clashes(const Model *md, const char *out, int flags, Err *e)
+{
+	if (!strcmp(out, "-"))
+		return isatty(STDOUT_FILENO) ? errf(e, "-: standard output is a terminal; redirect it to a file or a pipe") : 0;
+	struct stat so, si;
+	if (stat(out, &so) < 0)
+		return 0;
+	if (stat(md->path, &si) == 0 && same_file(&so, &si) && !(flags & SAVE_IN_PLACE))
+		return errf(e, "%s: is the input model; pass --in-place to replace it, or choose another -o", out);
+	for (size_t i = 0; i < md->ext.cap; i++) {
+		const ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		if (x && so.st_dev == x->dev && so.st_ino == x->ino)
+			return errf(e, "%s: is the model's external data file '%s'; choose another -o", out, x->loc);
+	}
+	return 0;
+}
+
 int model_save(Model *md, const char *out, int flags, Err *e)
 {
 	Plan p;
@@ -975,24 +994,8 @@ static int save_planned(Model *md, const Plan *p, const char *out, int flags, Er
 	if (n > INT32_MAX)
 		return errf(e, "%s: the model packs to %zu bytes, which exceeds the 2 GiB protobuf limit; use --external-data FILE",
 		            out, n);
-	int tostdout = !strcmp(out, "-");
-	if (tostdout) {
-		if (isatty(STDOUT_FILENO))
-			return errf(e, "-: standard output is a terminal; redirect it to a file or a pipe");
-	} else {
-		struct stat so, si;
-		if (stat(out, &so) == 0) {
-			if (stat(md->path, &si) == 0 && same_file(&so, &si) && !(flags & SAVE_IN_PLACE))
-				return errf(e, "%s: is the input model; pass --in-place to replace it, or choose another -o", out);
-			for (size_t i = 0; i < md->ext.cap; i++) {
-				const ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
-				if (x && so.st_dev == x->dev && so.st_ino == x->ino)
-					return errf(e, "%s: is the model's external data file '%s'; choose another -o", out, x->loc);
-			}
-		}
-		if (md->ext.len && ext_portable(md, out, e) < 0)
-			return -1;
-	}
+	if (clashes(md, out, flags, e) || (strcmp(out, "-") && md->ext.len && ext_portable(md, out, 1, e) < 0))
+		return -1;
 	if (place_later(md, e))
 		return -1;
 	AFile f;
@@ -1063,6 +1066,47 @@ static int lock_folder_of(Arena *a, const char *path)
 
 static int save_with_data(Model *md, const char *out, const char *data, const char *path, int flags, Err *e);
 
+/* The data file --external-data names: relative to out's folder, as ONNX
+ * stores it. NULL with e set. */
+static const char *data_path(Model *md, const char *out, const char *data, Err *e)
+{
+	if (!strcmp(out, "-")) {
+		errf(e, "--external-data: the data file is located relative to the model's folder, which standard output has none of; write to a file");
+		return NULL;
+	}
+	int up = 0;
+	for (const char *c = data; *c;) {
+		size_t n = strcspn(c, "/");
+		up |= n == 2 && c[0] == '.' && c[1] == '.';
+		c += n;
+		c += *c != 0;
+	}
+	if (!*data || data[0] == '/' || up || data[strlen(data) - 1] == '/') {
+		errf(e, "--external-data %s: give a file name relative to the output's folder (no '..', not absolute), as ONNX stores it", data);
+		return NULL;
+	}
+	char *od = arena_strdup(md->a, out), *sl = strrchr(od, '/');
+	if (!sl)
+		od = ".";
+	else
+		sl[sl == od] = 0;
+	return arena_printf(md->a, "%s/%s", od, data);
+}
+
+int model_save_check(Model *md, const char *out, const char *data, int flags, Err *e)
+{
+	const char *path = data ? data_path(md, out, data, e) : NULL;
+	if ((data && !path) || clashes(md, out, flags, e))
+		return -1;
+	if (!strcmp(out, "-"))
+		return 0;
+	/* Whether the data files beside the input are there, not yet
+	 * their bytes: the save compares those. */
+	if (afile_check(out, e) < 0 || (md->ext.len && ext_portable(md, out, 0, e) < 0))
+		return -1;
+	return path ? afile_check(path, e) : 0;
+}
+
 int model_save_as(Model *md, const char *out, const char *data, int flags, Err *e)
 {
 	if (!data) {
@@ -1074,23 +1118,9 @@ int model_save_as(Model *md, const char *out, const char *data, int flags, Err *
 			return errf(e, "-: the model packs past the 2 GiB protobuf limit, so its weights need an external data file, which standard output cannot have; write to a file");
 		data = arena_printf(md->a, "%s.data", base_name(out));
 	}
-	if (!strcmp(out, "-"))
-		return errf(e, "--external-data: the data file is located relative to the model's folder, which standard output has none of; write to a file");
-	int up = 0;
-	for (const char *c = data; *c;) {
-		size_t n = strcspn(c, "/");
-		up |= n == 2 && c[0] == '.' && c[1] == '.';
-		c += n;
-		c += *c != 0;
-	}
-	if (!*data || data[0] == '/' || up || data[strlen(data) - 1] == '/')
-		return errf(e, "--external-data %s: give a file name relative to the output's folder (no '..', not absolute), as ONNX stores it", data);
-	char *od = arena_strdup(md->a, out), *sl = strrchr(od, '/');
-	if (!sl)
-		od = ".";
-	else
-		sl[sl == od] = 0;
-	const char *path = arena_printf(md->a, "%s/%s", od, data);
+	const char *path = data_path(md, out, data, e);
+	if (!path)
+		return -1;
 	int lk = lock_folder_of(md->a, path);
 	int rc = save_with_data(md, out, data, path, flags, e);
 	if (lk >= 0)

@@ -67,6 +67,10 @@ int model_save(Model *md, const char *out, int flags, Err *e);
  * protobuf limit, then to OUT.data beside it (OUT being out's file name).
  * Changes md's tensors. */
 int model_save_as(Model *md, const char *out, const char *data, int flags, Err *e);
+/* model_save_as's checks of its outputs that need no work done: run
+ * before the work, so a wrong -o or --external-data stops the run before
+ * it, not after. The save checks again. */
+int model_save_check(Model *md, const char *out, const char *data, int flags, Err *e);
 /* Drops the pages of external data read so far from the process (they
  * stay cached; reading again faults them back). */
 void model_drop(Model *md);

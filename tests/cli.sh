@@ -41,6 +41,18 @@ cp "$T/m.onnx" "$T/c1.repaired.onnx"
 expect 2 "one input's output is another input" -- "$BIN" --passthrough "$T/c1.onnx" "$T/c1.repaired.onnx"
 [ "$(sum "$T/c1.onnx")" = "$s0" ] && [ ! -e "$T/c2.onnx" ] || fail "a refused run changed files"
 
+# An output the run cannot write stops it before the work, not after: on
+# a model the repair refuses, the error is the output's, and on one it
+# repairs, nothing but the load runs (-v prints no layer).
+un=$top_srcdir/tests/unrepairable/c2fmot
+expect 2 "a missing output folder, before the repair" -- \
+	"$BIN" -q "$un/broken.onnx" --experts "$un/experts.yaml" -o "$T/no/such/out.onnx" &&
+	one_line_err "missing output folder" && { grep -q 'cannot open folder' "$T/err" || fail "missing output folder: $(cat "$T/err")"; }
+ex=$top_srcdir/testdata/example
+expect 2 "an output on the input, before the repair" -- \
+	"$BIN" -v "$ex/broken.onnx" --experts "$ex/experts.yaml" -o "$ex/broken.onnx" &&
+	one_line_err "output on the input" && { grep -q 'is the input model' "$T/err" || fail "output on the input: $(cat "$T/err")"; }
+
 # The exit-status contract on the bundled example (a traced export that
 # lost experts): damaged -> 1 under --check and diagnosis, repaired -> 0.
 # (The JSON report: tests/report.sh.)
