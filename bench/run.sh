@@ -180,37 +180,50 @@ rm -rf "$X/py" "$X/cp" "$X/ref"
 settle
 # The graph is the work here (weights are a few MB): the fixed cost per node
 # and whether it stays linear in the graph.
+# Python's save does not fsync: the ratio and the linearity are taken like
+# for like, on --no-sync runs (as the issue that set the targets measured);
+# the durable repair's time is in its own column.
 {
 	echo "**Graph-heavy** (C=4, 16 experts, top-2, 14 missing per layer: tiny weights, large graphs)."
+	echo "Like for like with Python, whose save does not fsync: \`--no-sync\` runs; the durable repair (fsync) beside them."
 	echo
-	echo "| layers | nodes in -> out | repaired (MiB) | median wall (s) | Python load+save (s) | ratio | us per output node | peak RSS (MiB) |"
-	echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+	echo "| layers | nodes in -> out | repaired (MiB) | median wall \`--no-sync\` (s) | durable (s) | Python load+save (s) | ratio | us per output node | peak RSS (MiB) |"
+	echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >>"$TAB"
 for L in 50 100 200 400; do
 	G=$OUT/graph_$L
 	gen "$G" --layers "$L" --channels 4 --experts 16 --top-k 2
 	rm -f "$G/out.onnx" && "$BIN" -q "$G/broken.onnx" --experts "$G/experts.yaml" -o "$G/out.onnx" # warm-up
 	rm -f "$G/ref.onnx" && cp "$G/out.onnx" "$G/ref.onnx"
-	: >"$T/g" && : >"$T/gpy"
+	: >"$T/g" && : >"$T/gns" && : >"$T/gpy"
 	for i in $(seq "$ROUNDS"); do
-		rm -f "$G/out.onnx"
-		run g "$BIN" -q "$G/broken.onnx" --experts "$G/experts.yaml" -o "$G/out.onnx"
+		# Turn about first after Python's run, whose freed memory slows
+		# the next process's first allocations on this machine.
+		for k in $([ $((i % 2)) = 1 ] && echo "gns g" || echo "g gns"); do
+			rm -f "$G/out.onnx"
+			if [ "$k" = gns ]; then
+				run gns "$BIN" -q --no-sync "$G/broken.onnx" --experts "$G/experts.yaml" -o "$G/out.onnx"
+			else
+				run g "$BIN" -q "$G/broken.onnx" --experts "$G/experts.yaml" -o "$G/out.onnx"
+			fi
+		done
 		rm -f "$G/py.onnx"
 		pyrun gpy "$PY" "$ROOT/bench/pyfloor.py" "$G/broken.onnx" "$G/ref.onnx" "$G/py.onnx"
 	done
 	cmp -s "$G/out.onnx" "$G/py.onnx" || die "Python's save of the repaired $L-layer model differs from ours"
 	set -- $("$PY" -c 'import onnx, sys; print(*(len(onnx.load(f).graph.node) for f in sys.argv[1:]))' "$G/broken.onnx" "$G/out.onnx")
-	gw=$(med g 1) gp=$(med gpy 1) gr=$(med g 2) gsz=$(bytes "$G/out.onnx")
-	echo "| $L | $1 -> $2 | $(awk -v b="$gsz" 'BEGIN { printf "%.1f", b / 1048576 }') | $gw | $gp | $(ratio "$gw" "$gp")x | $(awk -v w="$gw" -v n="$2" 'BEGIN { printf "%.1f", 1e6 * w / n }') | $(mib "$gr") |" >>"$TAB"
-	eval "gw_$L=\$gw gp_$L=\$gp gr_$L=\$gr gsz_$L=\$gsz"
-	rm -f "$G/py.onnx" "$G/ref.onnx" "$T/g" "$T/gpy"
+	gw=$(med gns 1) gd=$(med g 1) gp=$(med gpy 1) gr=$(med g 2) gsz=$(bytes "$G/out.onnx")
+	echo "| $L | $1 -> $2 | $(awk -v b="$gsz" 'BEGIN { printf "%.1f", b / 1048576 }') | $gw | $gd | $gp | $(ratio "$gw" "$gp")x | $(awk -v w="$gw" -v n="$2" 'BEGIN { printf "%.1f", 1e6 * w / n }') | $(mib "$gr") |" >>"$TAB"
+	eval "gw_$L=\$gw gd_$L=\$gd gp_$L=\$gp gr_$L=\$gr gsz_$L=\$gsz"
+	rm -f "$G/py.onnx" "$G/ref.onnx" "$T/g" "$T/gns" "$T/gpy"
 done
 {
 	echo
 	echo "| target (400 layers) | measured | |"
 	echo "| --- | ---: | --- |"
-	echo "| repair <= 0.5x Python load+save | $(ratio "$gw_400" "$gp_400")x | $(met "$(ratio "$gw_400" "$gp_400")" 0.5) |"
-	echo "| linear: time for 400 layers <= 4.6x the time for 100 | $(ratio "$gw_400" "$gw_100")x | $(met "$(ratio "$gw_400" "$gw_100")" 4.6) |"
+	echo "| repair \`--no-sync\` <= 0.5x Python load+save (like for like) | $(ratio "$gw_400" "$gp_400")x | $(met "$(ratio "$gw_400" "$gp_400")" 0.5) |"
+	echo "| the same, durable (fsync, which Python's save does not) | $(ratio "$gd_400" "$gp_400")x | $(met "$(ratio "$gd_400" "$gp_400")" 0.5) |"
+	echo "| linear: time for 400 layers <= 4.6x the time for 100 (\`--no-sync\`) | $(ratio "$gw_400" "$gw_100")x | $(met "$(ratio "$gw_400" "$gw_100")" 4.6) |"
 	lim=$((3 * gsz_400 / 1024 + 65536))
 	echo "| peak RSS <= 3x output + 64 MiB ($(mib "$lim") MiB) | $(mib "$gr_400") MiB | $(met "$gr_400" "$lim") |"
 	echo
