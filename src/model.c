@@ -1093,10 +1093,27 @@ static const char *data_path(Model *md, const char *out, const char *data, Err *
 	return arena_printf(md->a, "%s/%s", od, data);
 }
 
+/* What the data file may not be: one of the input's data files, which
+ * the output still references, or the input. */
+static int data_clashes(const Model *md, const char *path, Err *e)
+{
+	struct stat st, si;
+	if (stat(path, &st) < 0)
+		return 0;
+	for (size_t i = 0; i < md->ext.cap; i++) {
+		const ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		if (x && st.st_dev == x->dev && st.st_ino == x->ino)
+			return errf(e, "%s: is the input's external data '%s', which the output still references; choose another --external-data name", path, x->loc);
+	}
+	if (stat(md->path, &si) == 0 && same_file(&st, &si))
+		return errf(e, "%s: is the input model; choose another --external-data name", path);
+	return 0;
+}
+
 int model_save_check(Model *md, const char *out, const char *data, int flags, Err *e)
 {
 	const char *path = data ? data_path(md, out, data, e) : NULL;
-	if ((data && !path) || clashes(md, out, flags, e))
+	if ((data && (!path || data_clashes(md, path, e))) || clashes(md, out, flags, e))
 		return -1;
 	if (!strcmp(out, "-"))
 		return 0;
@@ -1133,16 +1150,8 @@ static int save_with_data(Model *md, const char *out, const char *data, const ch
 	Onnx__GraphProto *g = md->m->graph;
 	struct stat st;
 	int existed = stat(path, &st) == 0;
-	if (existed) {
-		for (size_t i = 0; i < md->ext.cap; i++) {
-			const ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
-			if (x && st.st_dev == x->dev && st.st_ino == x->ino)
-				return errf(e, "%s: is the input's external data '%s', which the output still references; choose another --external-data name", path, x->loc);
-		}
-		struct stat si;
-		if (stat(md->path, &si) == 0 && st.st_dev == si.st_dev && st.st_ino == si.st_ino)
-			return errf(e, "%s: is the input model; choose another --external-data name", path);
-	}
+	if (data_clashes(md, path, e))
+		return -1;
 	if (place_later(md, e))
 		return -1;
 	AFile f;

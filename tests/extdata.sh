@@ -107,6 +107,10 @@ expect 2 "--external-data over the input's data" -- \
 	one_line_err "data over the input's"
 [ "$(sum "$M/broken.onnx.data")" = "$before" ] || fail "refused run changed the input's data"
 [ ! -e "$M/o2.onnx" ] || fail "refused run left o2.onnx"
+# ... refused before the repair: -v prints no layer's summary.
+expect 2 "--external-data over the input's data, before the repair" -- \
+	"$BIN" -v "$M/broken.onnx" --experts "$M/experts.yaml" -o "$M/o2.onnx" --external-data broken.onnx.data &&
+	one_line_err "data over the input's, -v"
 expect 2 "--external-data with '..'" -- \
 	"$BIN" "$M/broken.onnx" --experts "$M/experts.yaml" -o "$M/o3.onnx" --external-data ../x.data &&
 	one_line_err "'..'"
