@@ -1213,8 +1213,14 @@ static void name_layer(Ctx *c, Layer *L)
 	L->topmodule = !tn ? NULL : tn[0] == '/' && !strchr(tn + 1, '/') ? "" : spec_node_module(c->a, tn);
 	Comps tm = comps(a, L->topmodule);
 	if (!L->nex) {
-		if (tm.n)
-			L->module = arena_strdup(c->a, join(a, tm, 0, tm.n - 1, (size_t)-1));
+		/* The router's parent (model.5 for /model.5/router/TopK), unless
+		 * the router is the layer's own node (ES_MOE's /model.3/TopK):
+		 * an index names a module in a list, never the router inside it. */
+		if (tm.n) {
+			const char *last = tm.v[tm.n - 1];
+			size_t keep = *last && strspn(last, "0123456789") == strlen(last) ? tm.n : tm.n - 1;
+			L->module = arena_strdup(c->a, join(a, tm, 0, keep, (size_t)-1));
+		}
 		return;
 	}
 	Comps *em = arena_alloc(a, L->nex * sizeof *em);

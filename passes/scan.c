@@ -26,6 +26,7 @@ int moe_scan(Ctx *c, const Layer *L, size_t nl, Report *r, Err *e)
 		lr->dispatch = l->form == FORM_SPARSE ? "sparse" : l->form == FORM_DENSE ? "dense" : NULL;
 		lr->expert_flops = -1;
 		lr->why = l->why;
+		lr->nonzero = l->form == FORM_ROWS;
 		if (!FORM_STATIC(l->form))
 			r->damaged = 1;
 	}

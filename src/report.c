@@ -95,6 +95,11 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 						fprintf(f, "%s%d", first ? "" : ",", x);
 						first = 0;
 					}
+			} else if (l->nonzero && !l->ifs) {
+				/* Nothing is gone, so say what is wrong: the runtime
+				 * fails on an expert no row picks, deployment runtimes
+				 * refuse NonZero. */
+				fputs(", missing none; rows dispatched through NonZero", f);
 			}
 			fprintf(f, "; If gating experts %d; experts' Conv %d", l->ifs, l->convs_before);
 		}

@@ -22,6 +22,7 @@ typedef struct {
 	double expert_flops;  /* one expert's Conv FLOPs per input, < 0 unknown */
 	int dense;            /* already in the dense form: nothing to repair */
 	const char *why;      /* a dispatch that cannot be repaired: why (diagnosis) */
+	int nonzero;          /* rows dispatched through NonZero (diagnosis) */
 } LayerReport;
 
 typedef struct {

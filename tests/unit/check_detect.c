@@ -254,6 +254,42 @@ START_TEST(masksum_scripted)
 }
 END_TEST
 
+/* Diagnosis says what is wrong with a layer: the experts missing, or,
+ * with every one present, the NonZero row dispatch itself (ONNX Runtime
+ * fails on an expert no row picks); a scripted layer's Ifs say it. */
+static const char *scan_line(Lopt *o)
+{
+	static char buf[512];
+	MB m;
+	B b;
+	Lres r;
+	build(&m, &b, o, &r, 17);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = NULL;
+	size_t n = 0;
+	ck_assert_msg(moe_find(&b.c, NULL, 1, &L, &n, &b.e) == 0, "moe_find: %s", b.e.msg);
+	Report rep;
+	memset(&rep, 0, sizeof rep);
+	ck_assert_int_eq(moe_scan(&b.c, L, n, &rep, &b.e), 0);
+	ck_assert(rep.damaged);
+	FILE *f = fmemopen(buf, sizeof buf, "w");
+	report_print(f, "m.onnx", &rep, RUN_DIAGNOSE, 0);
+	fclose(f);
+	b_free(&b);
+	return buf;
+}
+
+START_TEST(scan_says_why)
+{
+	Lopt o = traced();
+	ck_assert_str_eq(scan_line(&o), "m.onnx: model.0: 4 experts, top-2; present 0,3, missing 1,2; If gating experts 0; experts' Conv 2\n");
+	o = (Lopt){ .pfx = "/model.0", .E = 4, .k = 2, .ids = { 3, 0, 2, 1 }, .nid = 4 };
+	ck_assert_str_eq(scan_line(&o), "m.onnx: model.0: 4 experts, top-2; present 0,1,2,3, missing none; rows dispatched through NonZero; If gating experts 0; experts' Conv 4\n");
+	o.form = F_MASKSUM;
+	ck_assert_str_eq(scan_line(&o), "m.onnx: model.0: 4 experts, top-2; present 0,1,2,3; If gating experts 4; experts' Conv 4\n");
+}
+END_TEST
+
 /* The traced dispatch inside the scripted If bodies (NonZero, gathers and
  * scatter in the then-branch, the Equal outside). */
 START_TEST(rows_in_if_bodies)
@@ -327,23 +363,54 @@ END_TEST
 
 /* ES_MOE: the indices scatter a per-pixel routing map, whose columns
  * (Gather of a constant) go through NonZero; no Equal with an expert id. */
+static void build_esmoe(MB *m, B *b, const char *router, const char *layer)
+{
+	mb_new(m, b, 17);
+	mb_inputs(m, 4);
+	b_init(b, NULL, "map0", FLOAT, "2,4", NULL);
+	b_init(b, NULL, "ones", FLOAT, "2,2", "1,1,1,1");
+	const char *sm = mb_op(m, NULL, router, "Softmax", "scores", "axis=1");
+	Node *t = mb_node(m, NULL, router, "TopK", MB_J(m, sm, mb_int(m, NULL, NULL, "1", "2")), 2, "axis=1");
+	const char *sc = mb_op(m, NULL, router, "ScatterElements", MB_J(m, "map0", t->output[1], "ones"), "axis=1");
+	const char *col = mb_op(m, NULL, layer, "Gather", MB_J(m, sc, mb_int(m, NULL, NULL, "", "0")), "axis=1");
+	b_out(b, NULL, mb_op(m, NULL, layer, "NonZero", col, ""), INT64, NULL);
+	ck_assert_int_eq(b_index(b), 0);
+}
+
 START_TEST(refuse_no_expert_id)
 {
 	MB m;
 	B b;
-	mb_new(&m, &b, 17);
-	mb_inputs(&m, 4);
-	b_init(&b, NULL, "map0", FLOAT, "2,4", NULL);
-	b_init(&b, NULL, "ones", FLOAT, "2,2", "1,1,1,1");
-	const char *sm = mb_op(&m, NULL, "/routing", "Softmax", "scores", "axis=1");
-	Node *t = mb_node(&m, NULL, "/routing", "TopK", MB_J(&m, sm, mb_int(&m, NULL, NULL, "1", "2")), 2, "axis=1");
-	const char *sc = mb_op(&m, NULL, "/routing", "ScatterElements", MB_J(&m, "map0", t->output[1], "ones"), "axis=1");
-	const char *col = mb_op(&m, NULL, "", "Gather", MB_J(&m, sc, mb_int(&m, NULL, NULL, "", "0")), "axis=1");
-	b_out(&b, NULL, mb_op(&m, NULL, "", "NonZero", col, ""), INT64, NULL);
-	ck_assert_int_eq(b_index(&b), 0);
+	build_esmoe(&m, &b, "/routing", "");
 	refused(&b, "its indices reach NonZero '/NonZero' through a dispatch no known form has");
 	tu_err_has(b.e.msg, "router '/routing/TopK'");
 	b_free(&b);
+}
+END_TEST
+
+/* A layer that cannot be repaired is still named, for the diagnosis, by
+ * the module holding its router: the router's parent, unless the router
+ * is a node of the layer's own module, as ES_MOE's /model.3/TopK is (the
+ * label was "model", the list holding every layer). */
+START_TEST(names_unknown_form)
+{
+	static const struct {
+		const char *router, *layer, *module;
+	} cs[] = {
+		{ "/model.3", "/model.3", "model.3" },
+		{ "/model.5/routing", "/model.5", "model.5" },
+		{ "/model.4/m.0/gate", "/model.4/m.0", "model.4.m.0" },
+	};
+	for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+		MB m;
+		B b;
+		build_esmoe(&m, &b, cs[i].router, cs[i].layer);
+		Layer *L = find1(&b, 1);
+		ck_assert_int_eq(L->form, FORM_UNKNOWN);
+		ck_assert_ptr_nonnull(L->module);
+		ck_assert_str_eq(L->module, cs[i].module);
+		b_free(&b);
+	}
 }
 END_TEST
 
@@ -505,6 +572,8 @@ int main(void)
 	tcase_add_test(tc, name_free);
 	tcase_add_test(tc, names_nested_scope);
 	tcase_add_test(tc, names_root_module);
+	tcase_add_test(tc, names_unknown_form);
+	tcase_add_test(tc, scan_says_why);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
