@@ -406,6 +406,22 @@ static void entry(FILE *js, int oneline, const char *in, const char *out, const 
 
 /* One input, start to end. Returns its exit status (0, 1 damaged, 2). The
  * JSON entry goes to js (when not NULL) while the Report's arena is alive. */
+/* Every damaged MoE layer has all its experts (their count known), and the
+ * damage is only the dispatch: the repair then reads no checkpoint. */
+static int nothing_missing(const Report *r)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < r->nlayer; i++) {
+		const LayerReport *l = &r->layer[i];
+		if (l->dense)
+			continue;
+		if (l->why || l->experts <= 0 || l->npresent < l->experts)
+			return 0;
+		n++;
+	}
+	return n > 0;
+}
+
 static int run(const Args *g, const Spec *spec, const char *in, FILE *js, int oneline, Err *e)
 {
 	int given = spec || g->weights;
@@ -495,7 +511,9 @@ done:
 					lost == 1 ? "" : "s");
 			else
 				fprintf(stderr, "%s: needs repair%s\n", in,
-					spec || g->weights ? "" : "; run with --weights CHECKPOINT (or --experts experts.yaml)");
+					spec || g->weights ? "" :
+					nothing_missing(&r) ? "; no expert is missing, so experts.yaml needs no weights: run with --experts experts.yaml (or --weights CHECKPOINT)" :
+					"; run with --weights CHECKPOINT (or --experts experts.yaml)");
 		}
 		else
 			fprintf(stderr, "%s: nothing needs repair%s\n", in,

@@ -65,4 +65,19 @@ expect 0 "repair of the example" -- "$BIN" "$ex/broken.onnx" --experts "$ex/expe
 grep -q 're-inserted [0-9]' "$T/err" || fail "summary should list re-inserted experts: $(cat "$T/err")"
 expect 0 "--check on the repaired example" -- "$BIN" --check "$T/fixed.onnx" --experts "$ex/experts.yaml"
 expect 0 "diagnosis on the repaired example" -- "$BIN" "$T/fixed.onnx"
+grep -q 'run with --weights CHECKPOINT (or --experts' "$T/err" &&
+	fail "a healthy model told to run with a checkpoint: $(cat "$T/err")"
+"$BIN" "$ex/broken.onnx" 2>"$T/err"
+grep -q 'needs repair; run with --weights CHECKPOINT (or --experts experts.yaml)$' "$T/err" &&
+	ok "diagnosis of missing experts asks for the checkpoint" || fail "missing experts' hint: $(cat "$T/err")"
+
+# Every expert present (scripted: all behind If): diagnosis says the repair
+# needs no checkpoint, and an experts.yaml without weights repairs it.
+si=$top_srcdir/testdata/scripted_if
+expect 1 "diagnosis of an export with every expert present" -- "$BIN" "$si/broken.onnx" &&
+	{ grep -q 'needs repair; no expert is missing, so experts.yaml needs no weights' "$T/err" &&
+		ok "its hint: experts.yaml without weights" || fail "every expert present, hint: $(cat "$T/err")"; }
+grep -v '^weights:' "$si/experts.yaml" >"$T/noweights.yaml"
+expect 0 "its repair from an experts.yaml without weights" -- \
+	"$BIN" -q "$si/broken.onnx" --experts "$T/noweights.yaml" -o "$T/si.onnx"
 finish
