@@ -404,8 +404,6 @@ static void entry(FILE *js, int oneline, const char *in, const char *out, const 
 	fputs(oneline ? "}\n" : "}", js);
 }
 
-/* One input, start to end. Returns its exit status (0, 1 damaged, 2). The
- * JSON entry goes to js (when not NULL) while the Report's arena is alive. */
 /* Every damaged MoE layer has all its experts (their count known), and the
  * damage is only the dispatch: the repair then reads no checkpoint. */
 static int nothing_missing(const Report *r)
@@ -422,6 +420,8 @@ static int nothing_missing(const Report *r)
 	return n > 0;
 }
 
+/* One input, start to end. Returns its exit status (0, 1 damaged, 2). The
+ * JSON entry goes to js (when not NULL) while the Report's arena is alive. */
 static int run(const Args *g, const Spec *spec, const char *in, FILE *js, int oneline, Err *e)
 {
 	int given = spec || g->weights;
