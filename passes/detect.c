@@ -19,6 +19,7 @@
  * Each pattern is matched in full, or detection stops saying what it found:
  * a layer half understood would be repaired wrong. Names play no part here;
  * bind.c uses them to tie layers to experts.yaml. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,14 +28,40 @@
 #include "infer.h"
 #include "moe.h"
 
+/* n bytes of x at b + *at, as far as cap allows; *at counts them all. */
+static void put(char *b, size_t cap, size_t *at, const char *x, size_t n)
+{
+	if (*at < cap)
+		memcpy(b + *at, x, n < cap - *at ? n : cap - *at);
+	*at += n;
+}
+
+/* snprintf's contract, without it: checkpoint keys are built from this
+ * for every tensor of every expert, where formatting showed in the
+ * profile of a 400-layer repair. */
 int expert_path_to(char *b, size_t cap, const SpecLayer *s, int id)
 {
 	const char *pat = s->expert ? s->expert : "experts.{i}";
 	const char *p = strstr(pat, "{i}");
-	const char *dot = *s->scope ? "." : "";
-	if (!p)
-		return snprintf(b, cap, "%s%s%s", s->scope, dot, pat);
-	return snprintf(b, cap, "%s%s%.*s%d%s", s->scope, dot, (int)(p - pat), pat, id, p + 3);
+	size_t at = 0, ls = strlen(s->scope);
+	put(b, cap, &at, s->scope, ls);
+	put(b, cap, &at, ".", ls ? 1 : 0);
+	if (!p) {
+		put(b, cap, &at, pat, strlen(pat));
+	} else {
+		char num[16];
+		int nn = 1;
+		if (id >= 0 && id < 10)
+			num[0] = (char)('0' + id);
+		else
+			nn = snprintf(num, sizeof num, "%d", id);
+		put(b, cap, &at, pat, (size_t)(p - pat));
+		put(b, cap, &at, num, (size_t)nn);
+		put(b, cap, &at, p + 3, strlen(p + 3));
+	}
+	if (cap)
+		b[at < cap ? at : cap - 1] = 0;
+	return at > INT_MAX ? -1 : (int)at;
 }
 
 const char *expert_path(Ctx *c, const SpecLayer *s, int id)

@@ -53,8 +53,11 @@ static const char *key_prefix_in(Ctx *c, const Layer *L, int id, char *b, size_t
 /* x then y, in b when it fits, else in the arena. */
 static const char *cat_in(Ctx *c, char *b, size_t cap, const char *x, const char *y)
 {
-	int n = snprintf(b, cap, "%s%s", x, y);
-	return n >= 0 && (size_t)n < cap ? b : arena_printf(c->a, "%s%s", x, y);
+	size_t nx = strlen(x), ny = strlen(y);
+	char *k = nx + ny < cap ? b : arena_alloc_raw(c->a, nx + ny + 1);
+	memcpy(k, x, nx);
+	memcpy(k + nx, y, ny + 1);
+	return k;
 }
 
 /* Aligned f32 bytes are used in place: the arena never frees, and a
@@ -125,6 +128,30 @@ static const char *kbuf(Src *s, const char *fmt, ...)
 	vsnprintf(x, (size_t)n + 1, fmt, ap);
 	va_end(ap);
 	return x;
+}
+
+/* a, b and c (NULL: none) one after another, in kbuf's buffers: most
+ * keys are a prefix and a rest, looked up by the hundred thousand on a
+ * large graph, where vsnprintf was a twentieth of the mapping. */
+static const char *kcat(Src *s, const char *a, const char *b, const char *c)
+{
+	size_t na = strlen(a), nb = strlen(b), nc = c ? strlen(c) : 0, n = na + nb + nc;
+	char *k = n < sizeof s->kb[0] ? s->kb[s->nkb++ & 3] : arena_alloc(s->ta, n + 1);
+	memcpy(k, a, na);
+	memcpy(k + na, b, nb);
+	memcpy(k + na + nb, c ? c : "", nc + 1);
+	return k;
+}
+
+/* The process's id for process_vm_readv, asked of the kernel once: a
+ * sample's gather is a system call already. */
+static pid_t self(void)
+{
+	static pid_t pid;
+	pid_t p = __atomic_load_n(&pid, __ATOMIC_RELAXED);
+	if (!p)
+		__atomic_store_n(&pid, p = getpid(), __ATOMIC_RELAXED);
+	return p;
 }
 
 #ifndef MADV_POPULATE_READ
@@ -284,10 +311,10 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 		return 0;
 	}
 	int64_t n1 = 0, n2 = 0, n3 = 0, n4 = 0;
-	o->var = key_f32(s, kbuf(s, "%s%s.running_var", pre, bn), &n1);
-	o->mu = key_f32(s, kbuf(s, "%s%s.running_mean", pre, bn), &n2);
-	o->g = key_f32(s, kbuf(s, "%s%s.weight", pre, bn), &n3);
-	o->b = key_f32(s, kbuf(s, "%s%s.bias", pre, bn), &n4);
+	o->var = key_f32(s, kcat(s, pre, bn, ".running_var"), &n1);
+	o->mu = key_f32(s, kcat(s, pre, bn, ".running_mean"), &n2);
+	o->g = key_f32(s, kcat(s, pre, bn, ".weight"), &n3);
+	o->b = key_f32(s, kcat(s, pre, bn, ".bias"), &n4);
 	if (!o->var || !o->mu || n1 != n2 || (o->g && n3 != n1) || (o->b && n4 != n1))
 		return -1;
 	o->n = n1;
@@ -326,7 +353,7 @@ static const float *key_read(Src *s, const char *key, int64_t *n, int dry, float
 		return key_whole(s, key, n);
 	for (size_t done = 0; done < nb;) {
 		struct iovec to = { (char *)into + done, nb - done }, from = { (char *)t->data + done, nb - done };
-		ssize_t k = process_vm_readv(getpid(), &to, 1, &from, 1, 0);
+		ssize_t k = process_vm_readv(self(), &to, 1, &from, 1, 0);
 		if (k <= 0) {
 			s->copyin = 0;
 			return key_whole(s, key, n);
@@ -346,7 +373,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	int64_t n = 0;
 	int dry = !out;
 	if (r->kind == R_NAME || r->kind == R_VALUE) {
-		const char *k = kbuf(s, "%s%s", pre, r->rest);
+		const char *k = kcat(s, pre, r->rest, NULL);
 		const float *f = key_read(s, k, &n, dry, out, want);
 		if (!f) {
 			errf(e, "no tensor '%s' in %s", k, s->w->path);
@@ -360,7 +387,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 		return f;
 	}
 	if (r->kind == R_TRANS) {
-		const char *k = kbuf(s, "%s%s", pre, r->rest);
+		const char *k = kcat(s, pre, r->rest, NULL);
 		const WTensor *kt = wsrc_get(s->w, k);
 		const float *f = kt && kt->ndim == 2 ? key_read(s, k, &n, dry, NULL, want) : NULL;
 		if (!f || n != want) {
@@ -381,7 +408,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 		return NULL;
 	}
 	if (r->kind == R_FOLD_W) {
-		const char *k = kbuf(s, "%s%s", pre, r->rest);
+		const char *k = kcat(s, pre, r->rest, NULL);
 		/* In place when copied into out: each weight is read once. */
 		const float *w = key_read(s, k, &n, dry, out, want);
 		if (!w || n != want || bn.n <= 0 || want % bn.n) {
@@ -404,7 +431,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	/* R_FOLD_B */
 	const float *b = NULL;
 	if (r->bias) {
-		const char *k = kbuf(s, "%s%s", pre, r->bias);
+		const char *k = kcat(s, pre, r->bias, NULL);
 		b = key_f32(s, k, &n);
 		if (!b || n != bn.n) {
 			errf(e, "no Conv bias '%s' in %s", k, s->w->path);
@@ -463,7 +490,7 @@ static void gather(const float *a, const float *b, int64_t n, float *x, float *y
 		from[k] = (struct iovec){ (void *)(a + i), (size_t)len * sizeof *a };
 		from[runs + k] = (struct iovec){ (void *)(b + i), (size_t)len * sizeof *b };
 	}
-	if (process_vm_readv(getpid(), to, 2, from, (unsigned long)(2 * runs), 0) == (ssize_t)(2 * ns * sizeof *x))
+	if (process_vm_readv(self(), to, 2, from, (unsigned long)(2 * runs), 0) == (ssize_t)(2 * ns * sizeof *x))
 		return;
 	for (int64_t m = 0; m < ns; m++) {
 		x[m] = a[sample_at(n, m)];
@@ -481,7 +508,7 @@ static int sample_diff(Src *s, const Recipe *r, const char *pre, int64_t n, cons
 		return 0;
 	}
 	int64_t kn = 0;
-	const char *k = kbuf(s, "%s%s", pre, r->rest);
+	const char *k = kcat(s, pre, r->rest, NULL);
 	const float *src = key_f32(s, k, &kn);
 	if (!src || kn != n)
 		return errf(e, "no tensor '%s' of %lld elements in %s", k, (long long)n, s->w->path);
@@ -562,7 +589,7 @@ static int full_diff(Src *s, const Recipe *r, int k, const char *pre, int64_t n,
 	BN bn;
 	if (get_bn(s, pre, r->bn, &bn))
 		return errf(e, "no BatchNorm statistics '%s%s.running_var/running_mean' in %s", pre, r->bn, s->w->path);
-	const char *key = kbuf(s, "%s%s", pre, r->rest); /* after get_bn's, which rotate the buffers */
+	const char *key = kcat(s, pre, r->rest, NULL); /* after get_bn's, which rotate the buffers */
 	const float *w = key_whole(s, key, &kn);
 	if (!w || kn != n || bn.n <= 0 || n % bn.n)
 		return errf(e, "no Conv weight '%s' of %lld elements in %s", key, (long long)n, s->w->path);
@@ -587,7 +614,7 @@ static void try_fold(Src *s, Cands *cs, Recipe *r, const char *pre, int64_t n, c
 {
 	double eps, sd, d[MAXEPS];
 	Recipe ok[MAXEPS];
-	int k = 0, own = wsrc_attr(s->w, kbuf(s, "%s%s.eps", pre, r->bn), &eps);
+	int k = 0, own = wsrc_attr(s->w, kcat(s, pre, r->bn, ".eps"), &eps);
 	Err e;
 	for (int q = 0; q < (own ? 1 : MAXEPS); q++) {
 		r->eps = own ? eps : EPS[q];
@@ -872,7 +899,7 @@ static size_t sibling_families(Src *s, const Layer *L, int id, const char ***out
 		const char *k = wsrc_sorted(s->w, i)->name;
 		/* Other experts' own tensors are the family already known. */
 		if (sl->experts < 2 || strncmp(k, own, strlen(own)) == 0 ||
-		    spec_place(sl, kbuf(s, "%s%s", sl->scope, k + strlen(base) - (*sl->scope ? 1 : 0))) >= 0)
+		    spec_place(sl, kcat(s, sl->scope, k + strlen(base) - (*sl->scope ? 1 : 0), NULL)) >= 0)
 			continue;
 		/* each component equal to the id, after the layer's base */
 		for (const char *p = k + strlen(base); (p = strstr(p, idc)); p++) {
@@ -982,7 +1009,7 @@ static int same_structure(Src *s, const Layer *L, const Expert *tpl, Err *e)
 		const char *odd = NULL;
 		for (size_t i = tlo; i < thi && !odd; i++) {
 			const WTensor *a = wsrc_sorted(s->w, i);
-			const char *k = kbuf(s, "%s%s", p, a->name + strlen(tp));
+			const char *k = kcat(s, p, a->name + strlen(tp), NULL);
 			const WTensor *b = wsrc_get(s->w, k);
 			if (!b && lo == hi)
 				return errf(e, "layer %s: %s has no '%s' for expert %d (expert %d has '%s'); is it this model's checkpoint?",

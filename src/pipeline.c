@@ -40,6 +40,10 @@ static void *prefetch_run(void *p)
 {
 	Prefetch *f = p;
 	f->w = wsrc_open(f->path, f->key, f->a, &f->e);
+	/* The mapping asks for keys by prefix: 80 000 of them sorted here
+	 * were 3% of a 400-layer repair's main thread. */
+	if (f->w)
+		wsrc_sort(f->w);
 	return NULL;
 }
 

@@ -76,14 +76,19 @@ static int by_name(const void *a, const void *b)
 	return strcmp((*(WTensor *const *)a)->name, (*(WTensor *const *)b)->name);
 }
 
+void wsrc_sort(WSrc *w)
+{
+	if (w->order)
+		return;
+	w->order = arena_alloc(w->a, (w->n + 1) * sizeof *w->order);
+	if (w->n)
+		memcpy(w->order, w->t, w->n * sizeof *w->order);
+	qsort(w->order, w->n, sizeof *w->order, by_name);
+}
+
 void wsrc_range(WSrc *w, const char *prefix, size_t *lo, size_t *hi)
 {
-	if (!w->order) {
-		w->order = arena_alloc(w->a, (w->n + 1) * sizeof *w->order);
-		if (w->n)
-			memcpy(w->order, w->t, w->n * sizeof *w->order);
-		qsort(w->order, w->n, sizeof *w->order, by_name);
-	}
+	wsrc_sort(w);
 	size_t lp = strlen(prefix), a = 0, b = w->n;
 	while (a < b) { /* first key >= prefix */
 		size_t m = a + (b - a) / 2;

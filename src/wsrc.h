@@ -61,6 +61,9 @@ const WTensor *wsrc_get(const WSrc *w, const char *name);
  * keys in byte order (sorted once, on first use). */
 void wsrc_range(WSrc *w, const char *prefix, size_t *lo, size_t *hi);
 const WTensor *wsrc_sorted(const WSrc *w, size_t i);
+/* Sorts the keys now (wsrc_range would on first use): for a thread that
+ * opens a source ahead of the one that will read it. */
+void wsrc_sort(WSrc *w);
 /* A number a checkpoint of pickled modules records beside the tensors
  * (BatchNorm's eps: "model.3.bn.eps"). Returns 1 and fills *v when known. */
 int wsrc_attr(const WSrc *w, const char *name, double *v);

@@ -547,6 +547,31 @@ START_TEST(names_root_module)
 }
 END_TEST
 
+/* snprintf's contract: the whole length back, what fits written, ended. */
+START_TEST(expert_path_lengths)
+{
+	char b[64];
+	SpecLayer l = { .scope = "model.8" };
+	ck_assert_int_eq(expert_path_to(b, sizeof b, &l, 12), 18);
+	ck_assert_str_eq(b, "model.8.experts.12");
+	ck_assert_int_eq(expert_path_to(b, sizeof b, &l, 3), 17);
+	ck_assert_str_eq(b, "model.8.experts.3");
+	ck_assert_int_eq(expert_path_to(b, 6, &l, 12), 18);
+	ck_assert_str_eq(b, "model");
+	ck_assert_int_eq(expert_path_to(b, 17, &l, 12), 18);
+	ck_assert_str_eq(b, "model.8.experts.");
+	b[0] = 'x';
+	ck_assert_int_eq(expert_path_to(b, 0, &l, 12), 18);
+	ck_assert_int_eq(b[0], 'x');
+	l = (SpecLayer){ .scope = "", .expert = "fused.{i}.proj" };
+	ck_assert_int_eq(expert_path_to(b, sizeof b, &l, 105), 14);
+	ck_assert_str_eq(b, "fused.105.proj");
+	l = (SpecLayer){ .scope = "m", .expert = "shared" };
+	ck_assert_int_eq(expert_path_to(b, sizeof b, &l, 7), 8);
+	ck_assert_str_eq(b, "m.shared");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("detect");
@@ -574,6 +599,7 @@ int main(void)
 	tcase_add_test(tc, names_root_module);
 	tcase_add_test(tc, names_unknown_form);
 	tcase_add_test(tc, scan_says_why);
+	tcase_add_test(tc, expert_path_lengths);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
