@@ -250,12 +250,15 @@ static Block *block_new(Arena *a, size_t cap, int checked)
 	for (int tries = 0; !b && tries < 2; tries++) {
 		/* Zeroed memory, so arena_alloc need not zero it again: fresh
 		 * pages come zeroed from the kernel. */
-		if (cap == BLOCK || cap >= 2 * HUGE) {
-			/* Standard and big blocks (new weights) in transparent huge
-			 * pages where the kernel offers them, one fault per 2 MiB
-			 * instead of 512, and faulted in by the kernel: a memset to
-			 * fault them in wrote every byte of a 1 GB repair's weights
-			 * once more. */
+		if (cap == BLOCK || cap >= HUGE) {
+			/* Standard and big blocks (new weights, the index's hash
+			 * tables) in transparent huge pages where the kernel offers
+			 * them, one fault per 2 MiB instead of 512, and faulted in
+			 * by the kernel: a memset to fault them in wrote every byte
+			 * of a 1 GB repair's weights once more. A table's probes
+			 * land anywhere in it: tables of 2-4 MiB there (their first
+			 * 2 MiB in one huge page) took a 400-layer repair from 0.47
+			 * to 0.44 s (medians of 11 interleaved runs). */
 			if (cap == BLOCK)
 				b = prefilled();
 			if (!b)
