@@ -716,6 +716,15 @@ static const char *keys_under(Ctx *c, WSrc *w, const char *pre)
 	return buf;
 }
 
+/* Every one of the n values is the first (bit for bit), n >= 1. */
+static int is_fill(const float *f, int64_t n)
+{
+	for (int64_t i = 1; i < n; i++)
+		if (memcmp(&f[i], &f[0], sizeof *f))
+			return 0;
+	return n >= 1;
+}
+
 /* Expert id's module path as node names show it. */
 static const char *named_path(Ctx *c, const Layer *L, int id)
 {
@@ -1148,9 +1157,15 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 			return errf(e, "layer %s: expert %d's tensor '%s' differs from its checkpoint rebuild (relative difference %.3g); is %s the checkpoint of this model?",
 				    L->scope, worstid, worstname, worst, w->path);
 		/* Not from the checkpoint: structure (shapes, shared constants) is
-		 * kept when every present expert agrees on it. */
+		 * kept when every present expert agrees on it, or, with one
+		 * present, when it is a fill: the constants an exporter makes
+		 * for a module (GroupNorm's ones and zeros before its affine
+		 * Mul and Add, GELU's 0.5) are Constant nodes in a traced export,
+		 * but initializers once a simplifier (onnxslim, which the
+		 * ultralytics exporter runs by default) has folded them. A
+		 * parameter is in the checkpoint: by name, value or folding. */
 		*r = (Recipe){ .tname = t->name, .kind = R_SHARED, .node = sl[i].node, .input = sl[i].input };
-		int agree = L->nex > 1 || !f;
+		int agree = L->nex > 1 || !f || is_fill(f, n);
 		for (size_t k = 0; k < L->nex && agree; k++) {
 			const Expert *q = &L->ex[k];
 			if (q == tpl)

@@ -242,6 +242,42 @@ START_TEST(by_value)
 }
 END_TEST
 
+/* One expert present and a tensor no checkpoint key rebuilds: a fill
+ * (all elements equal, like the ones and zeros GroupNorm's export feeds
+ * InstanceNormalization) is structure, kept for every expert; anything
+ * else could be a parameter, and is refused. The checkpoint here has the
+ * conv weights only. */
+static void weights_only(Fx *f, const char *bias)
+{
+	begin(f, "/model.0");
+	f->o.nid = 1;
+	f->o.bv[0] = bias;
+	for (int id = 0; id < 4; id++) {
+		float wv[4];
+		for (int j = 0; j < 4; j++)
+			wv[j] = mb_wv(0, id, j);
+		ck_put(f->w, arena_printf(f->b.a, "model.0.experts.%d.conv.weight", id), FLOAT, "2,2,1,1", wv, 4);
+	}
+	end(f);
+}
+
+START_TEST(fill_kept_with_one_present)
+{
+	Fx f;
+	weights_only(&f, "0.5,0.5");
+	MAP_OK(&f);
+	ck_assert_int_eq(recipe(&f, 1)->kind, R_VALUE);
+	ck_assert_int_eq(recipe(&f, 2)->kind, R_SHARED);
+	b_free(&f.b);
+
+	weights_only(&f, "0.5,0.25");
+	ck_assert_int_eq(map(&f), -1);
+	tu_err_has(f.b.e.msg, "of expert 0 (input 2 of node");
+	tu_err_has(f.b.e.msg, "matches no checkpoint tensor under 'model.0.experts.0.'");
+	b_free(&f.b);
+}
+END_TEST
+
 /* torch's Linear exported as MatMul reads its weight transposed: a 2-D
  * template tensor rebuilt by R_TRANS for a missing expert is its key
  * transposed. (Found by value: the MoT case of testdata/, zero-config.) */
@@ -702,6 +738,7 @@ int main(void)
 	tcase_add_test(tc, by_name);
 	tcase_add_test(tc, name_kept_by_fused_export);
 	tcase_add_test(tc, by_value);
+	tcase_add_test(tc, fill_kept_with_one_present);
 	tcase_add_test(tc, build_transposed);
 	tcase_add_test(tc, fold_without_conv_bias);
 	tcase_add_test(tc, fold_with_conv_bias);
