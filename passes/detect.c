@@ -432,8 +432,12 @@ static const char *weight_source(const Graph *g, Node *n, Node *z)
 					return t;
 			}
 			/* A static shape folded by a simplifier: the constant must be
-			 * T's dimension 1, as the inference knows it. */
-			if (const_int1(g, d, &k) && k > 0 && g_ty_dim(g, t, 1) == k)
+			 * T's dimension 1, as the inference knows it. Folded halfway
+			 * (Gather of a folded Shape), it is a value of constants
+			 * alone, which the inference computed. */
+			int known = const_int1(g, d, &k) ||
+				    (is_const(g, d, 0) && g_ty_numel(g, d) == 1 && g_ty_val(g, d, 0, &k));
+			if (known && k > 0 && g_ty_dim(g, t, 1) == k)
 				return t;
 			return NULL;
 		}
@@ -592,8 +596,14 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, co
 		if (!*v)
 			continue;
 		Val *vv = g_val(g, v);
-		int leaf = !vv || !vv->def || vv->g != g || (stop && strcmp(v, stop) == 0) ||
-			   (g == c->g && g_pos(c, vv->def) < low);
+		/* A constant computed from the expert's own tensors (its
+		 * GroupNorm weight through Unsqueeze) is part of it wherever it
+		 * sits: a simplifier's sort (onnxslim) puts such chains at the
+		 * top of the graph, before the dispatch, and a clone that read
+		 * the template's would be silently wrong. */
+		int before = g == c->g && vv && vv->def && g_pos(c, vv->def) < low &&
+			     !(is_const(g, v, 0) && !g_is(vv->def, "Constant"));
+		int leaf = !vv || !vv->def || vv->g != g || (stop && strcmp(v, stop) == 0) || before;
 		if (!leaf && pmap_get(&seen, vv->def))
 			continue;
 		if (leaf) {
