@@ -36,6 +36,29 @@ one_line_err() {
 
 sum() { cksum <"$1"; }
 
+# The ONNX Runtime side (tests/ort/): compare.js judges a model against a
+# case's eager references, ops.js counts its ops.
+node=${NODE:-node}
+cmp="$top_srcdir/tests/ort/compare.js"
+ops="$top_srcdir/tests/ort/ops.js"
+# opcount MODEL OP: how many OP nodes MODEL has, bodies included.
+opcount() { "$node" -e "const c=JSON.parse(process.argv[1]);console.log(c[process.argv[2]]||0)" \
+	"$("$node" "$ops" "$1")" "$2"; }
+
+# each_case FN: FN DIR NAME for every corpus case, a broken export with its
+# experts.yaml (testdata/ and, when present, ../shared/corpus and
+# ../shared/yolo-master); NAME tells the cases apart. None found fails.
+each_case() {
+	_n=0
+	for _d in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/*/ "$top_srcdir"/../shared/yolo-master/*/; do
+		[ -f "$_d/broken.onnx" ] && [ -f "$_d/experts.yaml" ] || continue
+		_d=${_d%/}
+		_n=$((_n + 1))
+		"$1" "$_d" "$(basename "$(dirname "$_d")")_$(basename "$_d")"
+	done
+	[ "$_n" -gt 0 ] || fail "no corpus case found"
+}
+
 # needs_onnx_ort WHY: exits 77 (SKIP) unless /usr/bin/python3 imports onnx
 # (WHY says what for) and node finds onnxruntime-node.
 needs_onnx_ort() {

@@ -7,13 +7,8 @@
 # NonZero/ScatterElements/If, names the re-inserted experts by their module
 # path, and passes diagnosis; diagnosis flags the name-free broken copy.
 . "$top_srcdir/tests/lib.sh"
-node=${NODE:-node}
-cmp="$top_srcdir/tests/ort/compare.js"
-ops="$top_srcdir/tests/ort/ops.js"
 py=/usr/bin/python3
 needs_onnx_ort "to make name-free copies"
-opcount() { "$node" -e "const c=JSON.parse(process.argv[1]);console.log(c[process.argv[2]]||0)" \
-	"$("$node" "$ops" "$1")" "$2"; }
 
 n=0
 for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/*/ "$top_srcdir"/../shared/yolo-master/*/; do

@@ -7,18 +7,12 @@
 # NonZero/ScatterElements/If, passes --check, and repairing it again changes
 # nothing, byte for byte. The input is untouched.
 . "$top_srcdir/tests/lib.sh"
-node=${NODE:-node}
-cmp="$top_srcdir/tests/ort/compare.js"
-ops="$top_srcdir/tests/ort/ops.js"
 if ! (cd "$top_srcdir" && "$node" -e "require.resolve('onnxruntime-node')") >/dev/null 2>&1; then
 	[ "${MOE_ALLOW_NO_ORT:-}" = 1 ] && { echo "SKIP: onnxruntime-node missing"; exit 77; }
 	echo "FAIL: onnxruntime-node missing: run npm install --ignore-scripts in $top_srcdir" >&2
 	exit 1
 fi
 
-# opcount MODEL OP
-opcount() { "$node" -e "const c=JSON.parse(process.argv[1]);console.log(c[process.argv[2]]||0)" \
-	"$("$node" "$ops" "$1")" "$2"; }
 
 n=0
 for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/ "$top_srcdir"/../shared/corpus/*/*/ \

@@ -12,9 +12,6 @@
 # back: a dynamic batch over 3x3 experts stays dense, says why, and is still
 # right; and external data in and out.
 . "$top_srcdir/tests/lib.sh"
-node=${NODE:-node}
-cmp="$top_srcdir/tests/ort/compare.js"
-ops="$top_srcdir/tests/ort/ops.js"
 py=/usr/bin/python3
 if ! (cd "$top_srcdir" && "$node" -e "require.resolve('onnxruntime-node')") >/dev/null 2>&1; then
 	[ "${MOE_ALLOW_NO_ORT:-}" = 1 ] && { echo "SKIP: onnxruntime-node missing"; exit 77; }
@@ -22,8 +19,6 @@ if ! (cd "$top_srcdir" && "$node" -e "require.resolve('onnxruntime-node')") >/de
 	exit 1
 fi
 
-opcount() { "$node" -e "const c=JSON.parse(process.argv[1]);console.log(c[process.argv[2]]||0)" \
-	"$("$node" "$ops" "$1")" "$2"; }
 # dispatches REPORT: one line per layer, "dispatch fallback-reason".
 dispatches() { "$node" -e "for (const m of JSON.parse(require('fs').readFileSync(process.argv[1])).models)
 	for (const l of m.layers) console.log(l.dispatch + ' ' + (l.sparse_fallback || '-'))" "$1"; }
