@@ -590,10 +590,15 @@ static const char *relative(Arena *a, const char *path, const char *dir)
 				cut = i + 1;
 			i++;
 		}
-		if (!rd[i] && rp[i] == '/')
+		/* path inside dir: nothing of dir is left to climb out of (cut
+		 * is then one past dir's end, so it cannot index rd). */
+		const char *up = rd + cut;
+		if (!rd[i] && rp[i] == '/') {
 			cut = i + 1;
+			up = rd + i;
+		}
 		out = "";
-		for (const char *q = rd + cut; *q;) {
+		for (const char *q = up; *q;) {
 			out = arena_printf(a, "%s../", out);
 			q += strcspn(q, "/");
 			q += *q == '/';

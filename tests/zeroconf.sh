@@ -26,6 +26,21 @@ for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/*/ "$top_s
 done
 [ "$n" -gt 0 ] || fail "no corpus case found"
 
+# An experts.yaml emitted beside its checkpoint names it by its bare name
+# (the relative path once read one byte past the folder's name, and climbed
+# out of the folder when that byte was not a NUL).
+d=$top_srcdir/testdata/example
+for sub in w LowRankHybridAdaptiveGateMoE_16; do
+	mkdir -p "$T/$sub" && cp "$d/model.safetensors" "$T/$sub/" || fail "copy the checkpoint"
+	expect 0 "emit beside the checkpoint ($sub)" -- "$BIN" -q "$d/broken.onnx" --weights "$T/$sub/model.safetensors" \
+		-o "$T/x.onnx" --emit-experts "$T/$sub/experts.yaml" &&
+		{ grep -qx 'weights: "model.safetensors"' "$T/$sub/experts.yaml" && ok "$sub: weights named from beside it" ||
+			fail "$sub: emitted $(grep '^weights' "$T/$sub/experts.yaml"), want weights: \"model.safetensors\""; }
+	(cd "$T" && "$BIN" -q "$d/broken.onnx" --weights "$sub/model.safetensors" -o x.onnx --emit-experts "$sub/e.yaml") &&
+		grep -qx 'weights: "model.safetensors"' "$T/$sub/e.yaml" && ok "$sub: the same from relative paths" ||
+		fail "$sub: relative paths: emitted $(grep '^weights' "$T/$sub/e.yaml" 2>/dev/null)"
+done
+
 # --weights replaces the YAML's weights: a YAML without any repairs with it.
 d=$top_srcdir/testdata/example
 printf 'moe:\n  - {scope: model.0, experts: 4, top_k: 2}\n' >"$T/now.yaml"
