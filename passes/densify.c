@@ -204,18 +204,8 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	/* A condition the dispatch added to the id match (a weight threshold)
 	 * drops the slot it fails: the dense sum zeroes its weight. */
 	const char *weights = L->weights;
-	if (L->wmask) {
-		const char *cm;
-		if (c->opset >= 15) {
-			const char *in[] = { L->wmask, weights };
-			cm = emit(&m, "CastLike", in, 2);
-		} else {
-			cm = emit(&m, "Cast", &L->wmask, 1);
-			g_set_attr_i(c, emit_last(&m), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
-		}
-		const char *in[] = { weights, cm };
-		weights = emit(&m, "Mul", in, 2);
-	}
+	if (L->wmask)
+		weights = emit_masked(&m, weights, L->wmask);
 	const char *sum = NULL;
 	for (int j = 0; j < k; j++) {
 		int64_t jj = j;

@@ -4,6 +4,7 @@
  * 13 and as attributes before. */
 #include <string.h>
 
+#include "infer.h"
 #include "moe.h"
 
 void emit_init(Emit *m, Ctx *c, const char *pfx)
@@ -54,6 +55,25 @@ const char *emit_gather(Emit *m, const char *x, const char *idx, int64_t axis)
 	const char *out = emit(m, "Gather", in, 2);
 	g_set_attr_i(m->c, emit_last(m), "axis", axis);
 	return out;
+}
+
+/* w times a bool mask as w's type: CastLike from opset 15; before, a Cast
+ * to w's inferred type, float when unknown. A half export (fp16 weights)
+ * before opset 15 needs the inferred type: a float mask into an fp16 Mul
+ * is a type error the runtime refuses. */
+const char *emit_masked(Emit *m, const char *w, const char *mask)
+{
+	const char *cm;
+	if (m->c->opset >= 15) {
+		const char *in[] = { mask, w };
+		cm = emit(m, "CastLike", in, 2);
+	} else {
+		int to = g_ty_elem(m->c->g, w);
+		cm = emit(m, "Cast", &mask, 1);
+		g_set_attr_i(m->c, emit_last(m), "to", to ? to : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+	}
+	const char *in[] = { w, cm };
+	return emit(m, "Mul", in, 2);
 }
 
 const char *emit_i64(Emit *m, const char *base, const int64_t *v, size_t n, int scalar)

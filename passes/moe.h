@@ -187,6 +187,7 @@ const char *emit_gather(Emit *m, const char *x, const char *idx, int64_t axis);
 const char *emit_i64(Emit *m, const char *base, const int64_t *v, size_t n, int scalar); /* an initializer */
 const char *emit_reshape(Emit *m, const char *x, const int64_t *shape, size_t n);
 const char *emit_ones_shape(Emit *m, int rank); /* [-1, 1, ..., 1] */
+const char *emit_masked(Emit *m, const char *w, const char *mask); /* w * mask, the bool mask as w's type */
 
 /* Helpers shared by the MoE passes. */
 const char *expert_path(Ctx *c, const SpecLayer *s, int id); /* "model.0.experts.3" */

@@ -991,18 +991,8 @@ static const char *sum_slots(S *s)
 	Ctx *c = s->c;
 	Layer *L = s->L;
 	const char *y = lookup(s, s->tpl->out)->v, *weights = L->weights;
-	if (L->wmask) {
-		const char *cm;
-		if (c->opset >= 15) {
-			const char *in[] = { L->wmask, weights };
-			cm = emit(m, "CastLike", in, 2);
-		} else {
-			cm = emit(m, "Cast", &L->wmask, 1);
-			g_set_attr_i(c, emit_last(m), "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
-		}
-		const char *in[] = { weights, cm };
-		weights = emit(m, "Mul", in, 2);
-	}
+	if (L->wmask)
+		weights = emit_masked(m, weights, L->wmask);
 	/* Static: [N, C, spatial...], slot j's rows are j, k+j, ...; dynamic:
 	 * [B, k, C, P], slot j on axis 1. */
 	if (s->B >= 0) {

@@ -1,0 +1,41 @@
+#!/bin/sh
+# Half-precision exports: YOLO-Master's exporter converts a CPU export to
+# float16 for quantize=16 (onnxruntime's float16 tool, inputs and outputs
+# kept float32), which leaves TopK in float32 between Casts and appends its
+# Casts out of topological order. A copy of every corpus case with a dense
+# export so converted (tests/gen/to_fp16.py) is diagnosed, repaired dense
+# and sparse from its experts.yaml (the float32 checkpoint), and must match
+# the eager references as closely as the converted dense export does
+# (float16 noise: within 1.5 times its difference, at least 1e-4). The
+# converted dense export must load and run: the conversion is checked too.
+. "$top_srcdir/tests/lib.sh"
+py=/usr/bin/python3
+needs_onnx_ort "to make float16 copies"
+
+n=0
+half() {
+	dir=$1 name=$2
+	[ -f "$dir/dense.onnx" ] || return
+	n=$((n + 1))
+	"$py" "$top_srcdir/tests/gen/to_fp16.py" "$dir/broken.onnx" "$T/$name.onnx" &&
+		"$py" "$top_srcdir/tests/gen/to_fp16.py" "$dir/dense.onnx" "$T/dense.onnx" ||
+		{ fail "$name: to_fp16.py"; return; }
+	"$node" "$cmp" "$T/dense.onnx" "$dir" >"$T/ort" 2>&1 ||
+		{ fail "$name: the float16 dense export does not run: $(tail -n 1 "$T/ort")"; return; }
+	d=$(sed -n 's/.*over [0-9]* pairs: max abs diff \([^ ]*\)$/\1/p' "$T/ort")
+	[ -n "$d" ] || { fail "$name: no difference read from: $(tail -n 1 "$T/ort")"; return; }
+	tol=$(awk -v d="$d" 'BEGIN { t = 1.5 * d; printf "%g", (t > 1e-4 ? t : 1e-4) }')
+	expect 1 "$name: diagnosis flags the float16 copy" -- "$BIN" -q "$T/$name.onnx"
+	for disp in dense sparse; do
+		out=$T/$name.$disp.onnx
+		expect 0 "$name: $disp repair of the float16 copy" -- \
+			"$BIN" -q "$T/$name.onnx" --experts "$dir/experts.yaml" --dispatch $disp -o "$out" || continue
+		"$node" "$cmp" "$out" "$dir" --max "$tol" >"$T/ort" 2>&1 &&
+			ok "$name: $disp repair within the float16 dense export's noise ($d)" ||
+			fail "$name: $disp repair: ONNX Runtime: $(tail -n 1 "$T/ort") (the float16 dense export: $d)"
+		expect 0 "$name: diagnosis passes the $disp repair" -- "$BIN" -q "$out"
+	done
+}
+each_case half
+[ "$n" -ge 10 ] || fail "only $n cases with a dense export"
+finish
