@@ -25,16 +25,7 @@ half() {
 	d=$(sed -n 's/.*over [0-9]* pairs: max abs diff \([^ ]*\)$/\1/p' "$T/ort")
 	[ -n "$d" ] || { fail "$name: no difference read from: $(tail -n 1 "$T/ort")"; return; }
 	tol=$(awk -v d="$d" 'BEGIN { t = 1.5 * d; printf "%g", (t > 1e-4 ? t : 1e-4) }')
-	expect 1 "$name: diagnosis flags the float16 copy" -- "$BIN" -q "$T/$name.onnx"
-	for disp in dense sparse; do
-		out=$T/$name.$disp.onnx
-		expect 0 "$name: $disp repair of the float16 copy" -- \
-			"$BIN" -q "$T/$name.onnx" --experts "$dir/experts.yaml" --dispatch $disp -o "$out" || continue
-		"$node" "$cmp" "$out" "$dir" --max "$tol" >"$T/ort" 2>&1 &&
-			ok "$name: $disp repair within the float16 dense export's noise ($d)" ||
-			fail "$name: $disp repair: ONNX Runtime: $(tail -n 1 "$T/ort") (the float16 dense export: $d)"
-		expect 0 "$name: diagnosis passes the $disp repair" -- "$BIN" -q "$out"
-	done
+	copy_judge="--max $tol" repair_copy "$dir" "$name" "$T/$name.onnx"
 }
 each_case half
 [ "$n" -ge 10 ] || fail "only $n cases with a dense export"

@@ -169,3 +169,25 @@ mkmodel_chunks() {
 	} >"$out"
 	rm -f "$T/.data"
 }
+
+# repair_copy DIR NAME COPY [HOOK]: COPY, a transformed copy of the case in
+# DIR (simplified, at a newer opset, in float16), is flagged by diagnosis,
+# then repaired dense and sparse from DIR's experts.yaml to a model that
+# ONNX Runtime judges with compare.js ${copy_judge:---right} against DIR's
+# eager references and that diagnosis passes. HOOK OUT DISPATCH runs on
+# each repair for checks of the test's own.
+repair_copy() {
+	_dir=$1 _name=$2 _copy=$3 _hook=${4:-}
+	expect 1 "$_name: diagnosis flags the copy" -- "$BIN" -q "$_copy"
+	for _d in dense sparse; do
+		_out=$T/$_name.$_d.onnx
+		expect 0 "$_name: $_d repair of the copy" -- \
+			"$BIN" -q "$_copy" --experts "$_dir/experts.yaml" --dispatch $_d -o "$_out" || continue
+		# shellcheck disable=SC2086 # copy_judge is option and value
+		"$node" "$cmp" "$_out" "$_dir" ${copy_judge:---right} >"$T/ort" 2>&1 &&
+			ok "$_name: $_d repair matches eager PyTorch (${copy_judge:---right})" ||
+			fail "$_name: $_d repair: ONNX Runtime: $(tail -n 1 "$T/ort")"
+		[ -z "$_hook" ] || "$_hook" "$_out" "$_d"
+		expect 0 "$_name: diagnosis passes the $_d repair" -- "$BIN" -q "$_out"
+	done
+}

@@ -14,6 +14,17 @@
 py=/usr/bin/python3
 needs_onnx_ort "to make copies at newer opsets"
 
+# The IR version each opset came with, as opset_up.py declares it.
+python_ir() { case $1 in 19 | 20) echo 9 ;; 21 | 22) echo 10 ;; *) echo 11 ;; esac; }
+
+# A repair keeps the opset and IR version of the copy (opset $o).
+keeps_opset() {
+	got=$("$py" -c 'import onnx, sys
+m = onnx.load(sys.argv[1])
+print(m.ir_version, *(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")))' "$1")
+	[ "$got" = "$(python_ir $o) $o" ] || fail "$name@$o: $2 repair declares IR and opset '$got', want '$(python_ir $o) $o'"
+}
+
 i=0
 newer() {
 	dir=$1 name=$2
@@ -32,22 +43,8 @@ print(next(o.version for o in onnx.load(sys.argv[1], load_external_data=False).o
 			"$node" "$cmp" "$T/dense.onnx" "$dir" --right >"$T/ort" 2>&1 ||
 			{ fail "$name: the dense export at opset $o does not match eager PyTorch: $(tail -n 1 "$T/ort")"; return; }
 	fi
-	expect 1 "$name@$o: diagnosis flags it" -- "$BIN" -q "$T/$name.onnx"
-	for d in dense sparse; do
-		out=$T/$name.$d.onnx
-		expect 0 "$name@$o: $d repair" -- \
-			"$BIN" -q "$T/$name.onnx" --experts "$dir/experts.yaml" --dispatch $d -o "$out" || continue
-		"$node" "$cmp" "$out" "$dir" --right >"$T/ort" 2>&1 && ok "$name@$o: $d repair matches eager PyTorch" ||
-			fail "$name@$o: $d repair: ONNX Runtime: $(tail -n 1 "$T/ort")"
-		got=$("$py" -c 'import onnx, sys
-m = onnx.load(sys.argv[1])
-print(m.ir_version, *(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")))' "$out")
-		[ "$got" = "$(python_ir $o) $o" ] || fail "$name@$o: $d repair declares IR and opset '$got', want '$(python_ir $o) $o'"
-		expect 0 "$name@$o: diagnosis passes the $d repair" -- "$BIN" -q "$out"
-	done
+	repair_copy "$dir" "$name@$o" "$T/$name.onnx" keeps_opset
 }
-# The IR version each opset came with, as opset_up.py declares it.
-python_ir() { case $1 in 19 | 20) echo 9 ;; 21 | 22) echo 10 ;; *) echo 11 ;; esac; }
 each_case newer
 [ "$i" -ge 10 ] || fail "only $i cases at opset 13 or later"
 

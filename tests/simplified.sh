@@ -11,6 +11,13 @@
 py=/usr/bin/python3
 needs_onnx_ort "to make simplified copies"
 
+# The traced dispatch is gone from a repair.
+no_dispatch_left() {
+	for op in NonZero ScatterElements If; do
+		[ "$(opcount "$1" $op)" = 0 ] || fail "$name: $op left in the $2 repair"
+	done
+}
+
 # One case: its simplified copy, diagnosed and repaired both ways.
 simplified() {
 	dir=$1 name=$2
@@ -20,18 +27,7 @@ simplified() {
 			"$node" "$cmp" "$T/dense.onnx" "$dir" --right >"$T/ort" 2>&1 ||
 			{ fail "$name: the simplified dense export does not match eager PyTorch: $(tail -n 1 "$T/ort")"; return; }
 	fi
-	expect 1 "$name: diagnosis flags the simplified copy" -- "$BIN" -q "$T/$name.onnx"
-	for d in dense sparse; do
-		out=$T/$name.$d.onnx
-		expect 0 "$name: $d repair of the simplified copy" -- \
-			"$BIN" -q "$T/$name.onnx" --experts "$dir/experts.yaml" --dispatch $d -o "$out" || continue
-		"$node" "$cmp" "$out" "$dir" --right >"$T/ort" 2>&1 && ok "$name: $d repair matches eager PyTorch" ||
-			fail "$name: $d repair: ONNX Runtime: $(tail -n 1 "$T/ort")"
-		for op in NonZero ScatterElements If; do
-			[ "$(opcount "$out" $op)" = 0 ] || fail "$name: $op left in the $d repair"
-		done
-		expect 0 "$name: diagnosis passes the $d repair" -- "$BIN" -q "$out"
-	done
+	repair_copy "$dir" "$name" "$T/$name.onnx" no_dispatch_left
 }
 each_case simplified
 finish
