@@ -725,6 +725,16 @@ static int is_fill(const float *f, int64_t n)
 	return n >= 1;
 }
 
+/* The ops a quantized export reads integer weights through. */
+static int is_quant_op(const char *op)
+{
+	static const char *const q[] = { "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger" };
+	for (size_t i = 0; i < sizeof q / sizeof *q; i++)
+		if (strcmp(op, q[i]) == 0)
+			return 1;
+	return 0;
+}
+
 /* Expert id's module path as node names show it. */
 static const char *named_path(Ctx *c, const Layer *L, int id)
 {
@@ -1178,6 +1188,16 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 		if (!agree) {
 			errf(e, "layer %s: tensor '%s' of expert %d (input %zu of node '%s') matches no checkpoint tensor under '%s' by name, value or Conv+BatchNorm folding (keys there: %s)",
 			     L->scope, t->name, tpl->id, sl[i].input, tpl->node[sl[i].node]->name, pre, keys_under(c, w, pre));
+			/* A quantized export (int8 weights behind DequantizeLinear)
+			 * has no checkpoint tensor to find: the scales of the missing
+			 * experts were never calibrated. */
+			const char *op = tpl->node[sl[i].node]->op_type;
+			if (is_quant_op(op)) {
+				size_t len = strlen(e->msg);
+				snprintf(e->msg + len, sizeof e->msg - len, "; it feeds %s: a quantized export, whose missing experts have no quantization scales; repair the float export, then quantize it",
+					 op);
+				return -1;
+			}
 			/* Names are hints, but a wrong `expert:` is the usual cause. */
 			const char *seen = L->module && L->pattern ? named_path(c, L, tpl->id) : NULL;
 			if (seen && strcmp(seen, expert_path(c, L->spec, tpl->id)) != 0) {

@@ -250,3 +250,28 @@ a = numpy_helper.to_array(t).copy()
 a.flat[a.size // 2] *= 1.01
 t.CopyFrom(numpy_helper.from_array(a, t.name))
 save('corrupt_expert.onnx', m)
+
+# A weight-quantized export (quantize=8 style: int8 weights behind
+# DequantizeLinear): the missing experts have no quantization scales, so
+# the repair is refused and says to repair the float export first.
+m = onnx.load(f'{TD}/broken.onnx')
+inits = {t.name: t for t in m.graph.initializer}
+dq, seen = [], {}
+for n in m.graph.node:
+    if n.op_type == 'Conv' and n.input[1] in inits:
+        wn = n.input[1]
+        if wn not in seen:
+            a = numpy_helper.to_array(inits[wn]).astype(np.float32)
+            s = (np.abs(a).reshape(a.shape[0], -1).max(1) / 127 + 1e-12).astype(np.float32)
+            q = np.clip(np.round(a / s.reshape(-1, *([1] * (a.ndim - 1)))), -127, 127).astype(np.int8)
+            m.graph.initializer.remove(inits[wn])
+            m.graph.initializer.extend([numpy_helper.from_array(q, wn + '_q'), numpy_helper.from_array(s, wn + '_s'),
+                                        numpy_helper.from_array(np.zeros(len(s), np.int8), wn + '_z')])
+            dq.append(helper.make_node('DequantizeLinear', [wn + '_q', wn + '_s', wn + '_z'], [wn + '_dq'],
+                                       axis=0, name=wn + '_DequantizeLinear'))
+            seen[wn] = wn + '_dq'
+        n.input[1] = seen[wn]
+nodes = dq + list(m.graph.node)
+del m.graph.node[:]
+m.graph.node.extend(nodes)
+save('quantized.onnx', m)
