@@ -224,6 +224,44 @@ static void report_layer(Arena *a, const Layer *L, LayerReport *lr)
 	lr->inserted = arena_alloc(a, ((size_t)L->spec->experts + 1) * sizeof *lr->inserted);
 }
 
+/* An experts.yaml layer without `expert:` whose checkpoint has nothing
+ * under the default experts.{i} takes the expert pattern node names show
+ * under its own scope ("fused_experts.expert_projections.{i}"): torch
+ * names nodes by module path, the checkpoint's key path, and every key
+ * the pattern yields is verified by value when the weights are mapped.
+ * The YAML's spec may serve other inputs, so a changed layer goes into a
+ * copy, which the report and --emit-experts show. NULL on error. */
+static const Spec *named_patterns(Ctx *c, Sources *ss, Arena *a, const Spec *spec, Layer **bound, Err *e)
+{
+	Spec *s2 = NULL;
+	for (size_t i = 0; i < spec->nlayer; i++) {
+		const SpecLayer *sl = &spec->layer[i];
+		const Layer *l = bound[i];
+		if (sl->expert_given || FORM_STATIC(l->form) || (int)l->nex >= sl->experts || !l->nex || !l->module ||
+		    !l->pattern || strcmp(l->module, sl->scope) != 0 || strcmp(l->pattern, sl->expert) == 0)
+			continue;
+		WSrc *w = source(ss, sl, e);
+		if (!w) {
+			if (sl->weights)
+				return NULL;
+			continue;
+		}
+		size_t lo, hi;
+		wsrc_range(w, arena_printf(c->a, "%s%s.", sl->prefix ? sl->prefix : "", expert_path(c, sl, l->ex[0].id)), &lo, &hi);
+		if (lo != hi)
+			continue;
+		if (!s2) {
+			s2 = arena_dup(a, spec, sizeof *spec);
+			s2->layer = arena_dup(a, spec->layer, (spec->nlayer + 1) * sizeof *spec->layer);
+			for (size_t j = 0; j < spec->nlayer; j++)
+				if (bound[j])
+					bound[j]->spec = &s2->layer[j];
+		}
+		s2->layer[i].expert = l->pattern;
+	}
+	return s2 ? s2 : spec;
+}
+
 int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 {
 	Ctx c;
@@ -280,11 +318,13 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 			s2->layer[i].weights = o->weights;
 		spec = s2;
 	}
-	r->spec = spec;
 
 	Layer **bound = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *bound);
 	if (moe_bind(&c, spec, L, nl, bound, bind_source, &ss, e))
 		goto out;
+	if (!(spec = named_patterns(&c, &ss, md->a, spec, bound, e)))
+		goto out;
+	r->spec = spec;
 	r->layer = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *r->layer);
 	/* Every layer is repaired on the index of the model as exported: the
 	 * repairs keep the names other layers read, and no layer's detection

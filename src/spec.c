@@ -200,6 +200,7 @@ static int layer(P *p, const yaml_node_t *n, const Spec *s, SpecLayer *l)
 	if (l->top_k > l->experts)
 		return at(p, v[L_TOPK], "'top_k' (%d) exceeds 'experts' (%d)", l->top_k, l->experts);
 	l->expert = "experts.{i}";
+	l->expert_given = v[L_EXPERT] != NULL;
 	if (v[L_EXPERT]) {
 		if (get_str(p, "expert", v[L_EXPERT], &l->expert))
 			return -1;

@@ -13,6 +13,7 @@ typedef struct {
 	int experts;         /* E >= 1 */
 	int top_k;           /* 1 <= k <= E */
 	const char *expert;  /* pattern with "{i}", default "experts.{i}" */
+	int expert_given;    /* the YAML sets `expert:` (else node names may) */
 	const char *weights; /* resolved path of this layer's source, or the file-wide one */
 	const char *checkpoint_key; /* for .pt dicts; NULL: default rule */
 	const char *prefix;  /* key prefix in the source, default "" */

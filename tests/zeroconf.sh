@@ -26,6 +26,29 @@ for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/*/ "$top_s
 done
 [ "$n" -gt 0 ] || fail "no corpus case found"
 
+# An experts.yaml that leaves out `expert:` (the experts are not under
+# experts.{i}) repairs as the one that sets it: the pattern node names show
+# under the layer's scope is taken when the checkpoint has nothing under
+# the default, and verified by value like any.
+m=0
+for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/yolo-master/*/; do
+	dir=${dir%/}
+	grep -q 'expert:' "$dir/experts.yaml" 2>/dev/null || continue
+	name=$(basename "$dir")
+	m=$((m + 1))
+	sed -e 's|^weights: *"\{0,1\}\([^"]*\)"\{0,1\} *$|weights: "'"$dir"'/\1"|' -e 's/, *expert: *"[^"]*"//' \
+		-e '/^ *expert: /d' "$dir/experts.yaml" >"$T/noexpert.yaml"
+	! grep -q 'expert:' "$T/noexpert.yaml" || { fail "$name: expert: left in $(cat "$T/noexpert.yaml")"; continue; }
+	"$BIN" -q "$dir/broken.onnx" --experts "$dir/experts.yaml" -o "$T/with.onnx" || { fail "$name: repair with expert:"; continue; }
+	expect 0 "$name: repair without expert:" -- "$BIN" -q "$dir/broken.onnx" --experts "$T/noexpert.yaml" \
+		-o "$T/without.onnx" --emit-experts "$T/emitted.yaml" &&
+		{ cmp -s "$T/with.onnx" "$T/without.onnx" && ok "$name: same bytes without expert:" ||
+			fail "$name: repairs differently without expert:"; }
+	grep -q 'expert: ' "$T/emitted.yaml" && ok "$name: the emitted experts.yaml names the pattern taken" ||
+		fail "$name: the emitted experts.yaml has no expert: $(cat "$T/emitted.yaml")"
+done
+[ "$m" -ge 3 ] || fail "only $m cases set expert:"
+
 # An experts.yaml emitted beside its checkpoint names it by its bare name
 # (the relative path once read one byte past the folder's name, and climbed
 # out of the folder when that byte was not a NUL).
