@@ -603,7 +603,12 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, co
 		 * the template's would be silently wrong. */
 		int before = g == c->g && vv && vv->def && g_pos(c, vv->def) < low &&
 			     !(is_const(g, v, 0) && !g_is(vv->def, "Constant"));
-		int leaf = !vv || !vv->def || vv->g != g || (stop && strcmp(v, stop) == 0) || before;
+		/* An Identity of a weight is that weight (g_const): an exporter
+		 * merging equal initializers (the norms of experts no gradient
+		 * reached) leaves one at the top of the graph for every expert
+		 * but the first, which would then differ in structure. */
+		int alias = vv && vv->def && g_is(vv->def, "Identity") && g_const(g, v);
+		int leaf = !vv || !vv->def || vv->g != g || (stop && strcmp(v, stop) == 0) || before || alias;
 		if (!leaf && pmap_get(&seen, vv->def))
 			continue;
 		if (leaf) {

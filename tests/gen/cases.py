@@ -178,9 +178,39 @@ def batch2():
 		dict(c=3, hw=16, batch=2)
 
 
+def needs_own_norms(net, ins, outs):
+	"""The references must tell each expert's own norms from the template's
+	(the initial values every present expert shares)."""
+	gns = [n for _, m in G.moe_layers(net) for n in G.experts_of(m).modules()
+		if isinstance(n, torch.nn.GroupNorm)]
+	saved = [(n.weight.data.clone(), n.bias.data.clone()) for n in gns]
+	for n in gns:
+		torch.nn.init.ones_(n.weight)
+		torch.nn.init.zeros_(n.bias)
+	try:
+		with torch.no_grad():
+			dd = max((net(t) - o).abs().max().item() for t, o in zip(ins, outs))
+	finally:
+		for n, (w, b) in zip(gns, saved):
+			n.weight.data, n.bias.data = w, b
+	if dd <= 1e-2:
+		sys.exit(f"the template's norms in every expert change the references by only {dd}")
+	return f"every expert with the template's norms: max abs diff {dd:.3g}"
+
+
+def dead_norms():
+	"""The experts the dummy reaches keep their GroupNorms' initial values
+	(experts no gradient reached), the others are trained: the exporter
+	merges the equal initializers, so every present expert but the first
+	reads its norms through an Identity at the top of the graph, and a
+	missing expert's norms are its own, not the template's."""
+	return G.Net([G.stem(3, 8), G.MoE(8, 6, 2, "gn", hidden=12)]), \
+		dict(c=3, hw=16, dead_present=True, checks=(needs_own_norms,))
+
+
 CASES = {f.__name__: f for f in (example, single_gn, detector_k2, detector_k1,
 	dynbatch, sharedstem, convkinds, scripted_if, yolo_reshape, yolo_cast, bare_module,
-	nested_scope, gated_fusion, adaptive_gate, fp16_eps, scripted_gather, batch2)}
+	nested_scope, gated_fusion, adaptive_gate, fp16_eps, scripted_gather, batch2, dead_norms)}
 
 
 def main(argv):

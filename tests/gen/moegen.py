@@ -865,7 +865,8 @@ def write_best_pt(path, net, hw):
 
 def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 		scripted=None, pairs=3, seed=0, ncand=256, names=("images", "output0"),
-		fold=True, half=False, weights=("model.safetensors", "model.pt"), checks=()):
+		fold=True, half=False, weights=("model.safetensors", "model.pt"), checks=(),
+		dead_present=False):
 	"""Fit, pick covering references, export broken (+dense), write all files.
 	`scripted`: a function turning the eager net into the one to export.
 	`names`: input and output names; `fold`: do_constant_folding.
@@ -874,7 +875,10 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 	the first named in experts.yaml: model.safetensors, model.pt (state_dict)
 	or best.pt (pickled half-precision module).  `checks`: functions
 	f(net, ins, outs) -> str that fail loudly unless the references depend
-	on what the case is about; their reports go to meta.json."""
+	on what the case is about; their reports go to meta.json.
+	`dead_present`: the experts the dummy routes to keep their norms'
+	initial affine values, as experts no gradient reached do (the exporter
+	then merges their equal initializers); the others stay trained."""
 	d = os.path.join(out, name)
 	os.makedirs(d, exist_ok=True)
 	for f in os.listdir(d):
@@ -885,6 +889,15 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 	fit_norms(net, x)
 	balance(net, x)
 	net.eval()
+	if dead_present:
+		mods = dict(net.named_modules())
+		dummy = torch.zeros(1 if dynamic else batch, c, hw, hw)
+		for s, (_, idx, _) in route(net, dummy).items():
+			for e in {int(e) for e in idx.flatten() if e >= 0}:
+				for m in experts_of(mods[s])[e].modules():
+					if isinstance(m, nn.GroupNorm):
+						nn.init.ones_(m.weight)
+						nn.init.zeros_(m.bias)
 	if half:
 		round_half(net)
 
