@@ -6,8 +6,12 @@
 # export so converted (tests/gen/to_fp16.py) is diagnosed, repaired dense
 # and sparse from its experts.yaml (the float32 checkpoint), and must match
 # the eager references as closely as the converted dense export does
-# (float16 noise: within 1.5 times its difference, at least 1e-4). The
-# converted dense export must load and run: the conversion is checked too.
+# (float16 noise: within 1.5 times its difference, or one float16 step at
+# the largest reference, at least 1e-4: a weight folded by the repair and
+# by the exporter may differ in its last float32 bit, and where the dense
+# export happens to round well that one bit can flip an output's last
+# float16 bit). The converted dense export must load and run: the
+# conversion is checked too.
 . "$top_srcdir/tests/lib.sh"
 py=/usr/bin/python3
 needs_onnx_ort "to make float16 copies"
@@ -24,7 +28,10 @@ half() {
 		{ fail "$name: the float16 dense export does not run: $(tail -n 1 "$T/ort")"; return; }
 	d=$(sed -n 's/.*over [0-9]* pairs: max abs diff \([^ ]*\)$/\1/p' "$T/ort")
 	[ -n "$d" ] || { fail "$name: no difference read from: $(tail -n 1 "$T/ort")"; return; }
-	tol=$(awk -v d="$d" 'BEGIN { t = 1.5 * d; printf "%g", (t > 1e-4 ? t : 1e-4) }')
+	ulp=$("$py" -c 'import glob, sys, numpy as np
+print(float(np.spacing(np.float16(max(float(np.abs(np.load(f)).max()) for f in glob.glob(sys.argv[1] + "/out_*.npy"))))))' "$dir") ||
+		{ fail "$name: no references read"; return; }
+	tol=$(awk -v d="$d" -v u="$ulp" 'BEGIN { t = 1.5 * d; t = t > u ? t : u; printf "%g", (t > 1e-4 ? t : 1e-4) }')
 	copy_judge="--max $tol" repair_copy "$dir" "$name" "$T/$name.onnx"
 }
 each_case half
