@@ -117,10 +117,14 @@ static int is_const(const Graph *g, const char *name, int depth)
 	if (!*name)
 		return 1;
 	Val *v = g_val(g, name);
+	/* An initializer listed among the graph inputs too
+	 * (keep_initializers_as_inputs=True, IR < 4 exports) is a weight
+	 * with a default a caller could replace; nobody deploying a model
+	 * does, and the repair reads it, as g_const does, as that weight. */
+	if (v && v->init)
+		return 1;
 	if (!v || v->isin)
 		return 0;
-	if (v->init)
-		return 1;
 	Node *n = v->def;
 	if (!n || depth > 8)
 		return 0;

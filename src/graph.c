@@ -954,6 +954,16 @@ static size_t sweep(Ctx *c, Graph *g)
 	}
 	gp->n_initializer = k;
 	g->nival = ordered ? k : 0;
+	/* A main-graph input whose initializer went (weights listed as
+	 * inputs too: keep_initializers_as_inputs) would be left an input
+	 * without a default, which every caller then has to feed. */
+	k = 0;
+	for (size_t i = 0; i < gp->n_input; i++) {
+		Val *v = g->parent ? NULL : map_get(&g->val, gp->input[i]->name);
+		if (!v || !v->init || v->live)
+			gp->input[k++] = gp->input[i];
+	}
+	gp->n_input = k;
 	for (size_t i = 0; i < g->nsub; i++) {
 		NodeInfo *x = info(c, g->sub[i]->owner);
 		if (x && x->live)

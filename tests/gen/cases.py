@@ -208,9 +208,18 @@ def dead_norms():
 		dict(c=3, hw=16, dead_present=True, checks=(needs_own_norms,))
 
 
+def inits_as_inputs():
+	"""keep_initializers_as_inputs=True (IR 3 style, and some deployment
+	scripts): every weight is a graph input too, with its initializer as
+	the default."""
+	return G.Net([G.stem(3, 8), G.MoE(8, 4, 2, "bn"), G.stem(8, 8), G.MoE(8, 6, 2, "k3")]), \
+		dict(c=3, hw=16, opset=13, inits_as_inputs=True)
+
+
 CASES = {f.__name__: f for f in (example, single_gn, detector_k2, detector_k1,
 	dynbatch, sharedstem, convkinds, scripted_if, yolo_reshape, yolo_cast, bare_module,
-	nested_scope, gated_fusion, adaptive_gate, fp16_eps, scripted_gather, batch2, dead_norms)}
+	nested_scope, gated_fusion, adaptive_gate, fp16_eps, scripted_gather, batch2, dead_norms,
+	inits_as_inputs)}
 
 
 def main(argv):

@@ -747,9 +747,11 @@ def write_safetensors(path, sd):
 			f.write(b)
 
 
-def export(net, dummy, path, opset, dynamic, names=("images", "output0"), fold=True):
-	"""YOLO-exporter style: tracer, zeros dummy, constant folding, named I/O."""
-	kw = {}
+def export(net, dummy, path, opset, dynamic, names=("images", "output0"), fold=True,
+		inits_as_inputs=False):
+	"""YOLO-exporter style: tracer, zeros dummy, constant folding, named I/O;
+	`inits_as_inputs`: every weight listed among the graph inputs too."""
+	kw = {"keep_initializers_as_inputs": True} if inits_as_inputs else {}
 	if dynamic:
 		kw["dynamic_axes"] = {names[0]: {0: "batch"}, names[1]: {0: "batch"}}
 	with warnings.catch_warnings():
@@ -866,7 +868,7 @@ def write_best_pt(path, net, hw):
 def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 		scripted=None, pairs=3, seed=0, ncand=256, names=("images", "output0"),
 		fold=True, half=False, weights=("model.safetensors", "model.pt"), checks=(),
-		dead_present=False):
+		dead_present=False, inits_as_inputs=False):
 	"""Fit, pick covering references, export broken (+dense), write all files.
 	`scripted`: a function turning the eager net into the one to export.
 	`names`: input and output names; `fold`: do_constant_folding.
@@ -878,7 +880,8 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 	on what the case is about; their reports go to meta.json.
 	`dead_present`: the experts the dummy routes to keep their norms'
 	initial affine values, as experts no gradient reached do (the exporter
-	then merges their equal initializers); the others stay trained."""
+	then merges their equal initializers); the others stay trained.
+	`inits_as_inputs`: export with keep_initializers_as_inputs=True."""
 	d = os.path.join(out, name)
 	os.makedirs(d, exist_ok=True)
 	for f in os.listdir(d):
@@ -959,12 +962,12 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 				dd = (target(t) - o).abs().max().item()
 				assert dd < 1e-5, f"{name}: scripted differs from eager by {dd}"
 		broken = export(target, dummy, os.path.join(d, "broken.onnx"), opset, dynamic,
-			names, fold)
+			names, fold, inits_as_inputs)
 		dense = None
 		if not scripted:
 			set_dense(net, True)
 			dense = export(net, dummy, os.path.join(d, "dense.onnx"), opset, dynamic,
-				names, fold)
+				names, fold, inits_as_inputs)
 			set_dense(net, False)
 
 	spec = [f"weights: {weights[0]}", "moe:"]

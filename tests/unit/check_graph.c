@@ -130,6 +130,38 @@ START_TEST(dce_keeps_outputs_and_drops_unread_initializers)
 }
 END_TEST
 
+/* Weights listed as graph inputs too (keep_initializers_as_inputs): one
+ * nothing reads goes with its input, or the input would be left without
+ * a default; a plain input nothing reads is the model's interface and
+ * stays. */
+START_TEST(dce_drops_the_input_of_a_dropped_initializer)
+{
+	T t;
+	mk(&t);
+	Arena *a = t.a;
+	Onnx__GraphProto *gp = t.c.m->graph;
+	int64_t one = 1;
+	g_add_init_i64(&t.c, t.c.g, "w_dead", &one, 1, 0);
+	g_add_init_i64(&t.c, t.c.g, "w_live", &one, 1, 0);
+	gp->input = arena_grow(a, gp->input, gp->n_input * sizeof *gp->input, (gp->n_input + 3) * sizeof *gp->input);
+	gp->input[gp->n_input++] = vi(a, "w_dead", 1);
+	gp->input[gp->n_input++] = vi(a, "w_live", 1);
+	gp->input[gp->n_input++] = vi(a, "unused", 4);
+	add(&t, "Reshape", "b", "x", "w_live", "y");
+	ck_assert_int_eq(g_reindex(&t.c, &t.e), 0);
+	g_dce(&t.c);
+	ck_assert_uint_eq(gp->n_initializer, 1);
+	ck_assert_uint_eq(gp->n_input, 3);
+	ck_assert_str_eq(gp->input[0]->name, "x");
+	ck_assert_str_eq(gp->input[1]->name, "w_live");
+	ck_assert_str_eq(gp->input[2]->name, "unused");
+	ck_assert_int_eq(g_refresh(&t.c, &t.e), 0);
+	ck_assert_int_eq(g_check(&t.c, &t.e), 0);
+	g_fini(&t.c);
+	arena_free(t.a);
+}
+END_TEST
+
 /* Walks read inputs through the index's memo of them (g_input): every
  * mutation that changes an input must show there at once, or dead-node
  * elimination would keep what nothing reads any more. */
@@ -387,6 +419,7 @@ int main(void)
 	TCase *tc = tcase_create("graph");
 	tcase_add_test(tc, fresh_names_are_unique);
 	tcase_add_test(tc, dce_keeps_outputs_and_drops_unread_initializers);
+	tcase_add_test(tc, dce_drops_the_input_of_a_dropped_initializer);
 	tcase_add_test(tc, inputs_follow_mutations);
 	tcase_add_test(tc, toposort_is_stable);
 	tcase_add_test(tc, cycle_is_reported);
