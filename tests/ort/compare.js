@@ -14,7 +14,8 @@
 //            reference value, as shared/yolo-master/README.md judges;
 //            else 1e-4.
 // Without either, exit 0 after reporting.  Exit 2: usage or unreadable file.
-// --dump DIR writes the runtime's outputs as DIR/got_N.npy.
+// --dump DIR writes the runtime's outputs as DIR/got_N.npy; with --dump and
+// no judgement, CASEDIR needs no out_N.npy (outputs to judge others by).
 
 const fs = require('fs');
 const path = require('path');
@@ -74,7 +75,7 @@ function loadOrt() {
 	}
 }
 
-function pairs(dir) {
+function pairs(dir, needOut) {
 	let names;
 	try {
 		names = fs.readdirSync(dir);
@@ -86,7 +87,7 @@ function pairs(dir) {
 	if (!ns.length)
 		usage(`${dir}: no in_N.npy reference inputs`);
 	for (const n of ns)
-		if (!names.includes(`out_${n}.npy`))
+		if (needOut && !names.includes(`out_${n}.npy`))
 			usage(`${dir}: in_${n}.npy has no out_${n}.npy`);
 	return ns;
 }
@@ -117,9 +118,9 @@ async function main() {
 	} catch (e) {
 		usage(`${model}: cannot read model (${e.code})`);
 	}
-	const ns = pairs(dir);
+	const ns = pairs(dir, a.mode || !a.dump);
 	const refs = ns.map((n) => [readNpy(path.join(dir, `in_${n}.npy`)),
-		readNpy(path.join(dir, `out_${n}.npy`))]);
+		fs.existsSync(path.join(dir, `out_${n}.npy`)) ? readNpy(path.join(dir, `out_${n}.npy`)) : null]);
 	if (a.tol === null)
 		a.tol = caseTolerance(dir, refs);
 	if (a.dump)
@@ -149,7 +150,9 @@ async function main() {
 			if (a.dump)
 				npy.write(path.join(a.dump, `got_${ns[i]}.npy`), got.dims.map(Number), got.data);
 			const gd = got.dims.map(Number);
-			if (gd.join(',') !== want.dims.join(',')) {
+			if (!want) {
+				line = `pair ${ns[i]}: output [${gd}] written`;
+			} else if (gd.join(',') !== want.dims.join(',')) {
 				worst = Infinity;
 				line = `pair ${ns[i]}: shape [${gd}] but reference [${want.dims}]`;
 			} else {
@@ -164,7 +167,8 @@ async function main() {
 		console.log(line);
 	}
 
-	const what = failed ? `${failed}` : `max abs diff ${worst.toExponential(3)}`;
+	const what = failed ? `${failed}` : refs.every((r) => !r[1]) ? 'outputs written'
+		: `max abs diff ${worst.toExponential(3)}`;
 	let ok = true;
 	let verdict = '';
 	if (a.mode === 'max') {
