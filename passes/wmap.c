@@ -865,11 +865,36 @@ static const char *describe(Ctx *c, const char *pre, const Recipe *r)
 	}
 }
 
+/* Whether BatchNorm module bn comes right after the conv whose weight is
+ * key in the module tree, as a BatchNorm an exporter folds into a conv
+ * does: its next sibling in a Sequential (conv.0.weight, conv.1), or a
+ * sibling under one parent (cv1.conv.weight, cv1.bn). */
+static int bn_follows(const char *key, const char *bn)
+{
+	size_t kl = strlen(key);
+	if (kl < 7 || strcmp(key + kl - 7, ".weight") != 0)
+		return 0;
+	kl -= 7;
+	const char *kd = NULL, *bd = strrchr(bn, '.');
+	for (size_t i = 0; i < kl; i++)
+		if (key[i] == '.')
+			kd = key + i;
+	size_t kp = kd ? (size_t)(kd - key) : 0, bp = bd ? (size_t)(bd - bn) : 0;
+	if (kp != bp || strncmp(key, bn, kp) != 0)
+		return 0;
+	const char *kleaf = kd ? kd + 1 : key, *bleaf = bd ? bd + 1 : bn;
+	char *end1, *end2;
+	long ki = strtol(kleaf, &end1, 10), bi = strtol(bleaf, &end2, 10);
+	int knum = end1 != kleaf && end1 == key + kl, bnum = end2 != bleaf && !*end2;
+	return knum && bnum ? bi == ki + 1 : !knum && !bnum;
+}
+
 /* How much besides the values speaks for recipe r at slot sl, for
  * candidates the values cannot tell apart (a template tensor of zeros
  * matches every zero key): the tensor's own name; a conv bias folded with
  * the BatchNorm, eps and conv bias its weight's fold used; the module the
- * consumer node is named after; for a Conv, that exporters fold
+ * consumer node is named after; a weight folded with the BatchNorm that
+ * follows its conv in the module tree; for a Conv, that exporters fold
  * BatchNorm into it. */
 static int evidence(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m, const Slot *sl, const Recipe *r,
 		    WSrc *ws, const char *pre)
@@ -892,6 +917,8 @@ static int evidence(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m,
 				ev += 4;
 		}
 	if (named_like(c, L, tpl, sl, r))
+		ev += 2;
+	if (r->kind == R_FOLD_W && bn_follows(r->rest, r->bn))
 		ev += 2;
 	if (g_is(n, "Conv") && (r->kind == R_FOLD_W || r->kind == R_FOLD_B))
 		ev += 1;

@@ -181,18 +181,17 @@ def batch2():
 def needs_own_norms(net, ins, outs):
 	"""The references must tell each expert's own norms from the template's
 	(the initial values every present expert shares)."""
-	gns = [n for _, m in G.moe_layers(net) for n in G.experts_of(m).modules()
-		if isinstance(n, torch.nn.GroupNorm)]
-	saved = [(n.weight.data.clone(), n.bias.data.clone()) for n in gns]
-	for n in gns:
-		torch.nn.init.ones_(n.weight)
-		torch.nn.init.zeros_(n.bias)
+	ns = [n for _, m in G.moe_layers(net) for n in G.experts_of(m).modules()
+		if isinstance(n, (torch.nn.GroupNorm, torch.nn.BatchNorm2d))]
+	saved = [copy.deepcopy(n.state_dict()) for n in ns]
+	for n in ns:
+		n.reset_parameters()
 	try:
 		with torch.no_grad():
 			dd = max((net(t) - o).abs().max().item() for t, o in zip(ins, outs))
 	finally:
-		for n, (w, b) in zip(gns, saved):
-			n.weight.data, n.bias.data = w, b
+		for n, sd in zip(ns, saved):
+			n.load_state_dict(sd)
 	if dd <= 1e-2:
 		sys.exit(f"the template's norms in every expert change the references by only {dd}")
 	return f"every expert with the template's norms: max abs diff {dd:.3g}"
@@ -216,10 +215,20 @@ def inits_as_inputs():
 		dict(c=3, hw=16, opset=13, inits_as_inputs=True)
 
 
+def dead_bn():
+	"""dead_norms with BatchNorm experts, folded by the exporter: the
+	present experts' folded biases are all zeros (merged, read through
+	Identity nodes), and their weights fold alike with either of an
+	expert's two BatchNorms (both at their initial values, one size): the
+	module tree decides, a BatchNorm folds into the conv before it."""
+	return G.Net([G.stem(3, 8), G.MoE(8, 4, 2, "bn"), G.stem(8, 8), G.MoE(8, 6, 2, "bn")]), \
+		dict(c=3, hw=16, dead_present=True, checks=(needs_own_norms,))
+
+
 CASES = {f.__name__: f for f in (example, single_gn, detector_k2, detector_k1,
 	dynbatch, sharedstem, convkinds, scripted_if, yolo_reshape, yolo_cast, bare_module,
 	nested_scope, gated_fusion, adaptive_gate, fp16_eps, scripted_gather, batch2, dead_norms,
-	inits_as_inputs)}
+	inits_as_inputs, dead_bn)}
 
 
 def main(argv):

@@ -879,8 +879,9 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 	f(net, ins, outs) -> str that fail loudly unless the references depend
 	on what the case is about; their reports go to meta.json.
 	`dead_present`: the experts the dummy routes to keep their norms'
-	initial affine values, as experts no gradient reached do (the exporter
-	then merges their equal initializers); the others stay trained.
+	initial values (affine, and BatchNorm's statistics), as experts no batch
+	reached do (the exporter then merges their equal initializers); the
+	others stay trained.
 	`inits_as_inputs`: export with keep_initializers_as_inputs=True."""
 	d = os.path.join(out, name)
 	os.makedirs(d, exist_ok=True)
@@ -898,9 +899,8 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 		for s, (_, idx, _) in route(net, dummy).items():
 			for e in {int(e) for e in idx.flatten() if e >= 0}:
 				for m in experts_of(mods[s])[e].modules():
-					if isinstance(m, nn.GroupNorm):
-						nn.init.ones_(m.weight)
-						nn.init.zeros_(m.bias)
+					if isinstance(m, (nn.GroupNorm, nn.BatchNorm2d)):
+						m.reset_parameters()
 	if half:
 		round_half(net)
 
