@@ -11,7 +11,10 @@
 # by the exporter may differ in its last float32 bit, and where the dense
 # export happens to round well that one bit can flip an output's last
 # float16 bit). The converted dense export must load and run: the
-# conversion is checked too.
+# conversion is checked too. A case whose meta.json says why its float16
+# copy cannot be repaired (half_refused: testdata/dead_bn, whose present
+# experts were never trained) must be refused, saying the checkpoint
+# cannot tell.
 . "$top_srcdir/tests/lib.sh"
 py=/usr/bin/python3
 needs_onnx_ort "to make float16 copies"
@@ -26,6 +29,17 @@ half() {
 		{ fail "$name: to_fp16.py"; return; }
 	"$node" "$cmp" "$T/dense.onnx" "$dir" >"$T/ort" 2>&1 ||
 		{ fail "$name: the float16 dense export does not run: $(tail -n 1 "$T/ort")"; return; }
+	# A case whose float16 copy no checkpoint value can settle must be
+	# refused, not repaired by a guess.
+	why=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("half_refused", ""))' "$dir/meta.json" 2>/dev/null)
+	if [ -n "$why" ]; then
+		expect 1 "$name: diagnosis flags the float16 copy" -- "$BIN" -q "$T/$name.onnx"
+		expect 2 "$name: the float16 copy is refused ($why)" -- "$BIN" -q "$T/$name.onnx" \
+			--experts "$dir/experts.yaml" -o "$T/$name.out.onnx" &&
+			{ grep -q "cannot tell them apart" "$T/err" && ok "$name: the refusal says the checkpoint cannot tell" ||
+				fail "$name: refused for another reason: $(cat "$T/err")"; }
+		return
+	fi
 	d=$(sed -n 's/.*over [0-9]* pairs: max abs diff \([^ ]*\)$/\1/p' "$T/ort")
 	[ -n "$d" ] || { fail "$name: no difference read from: $(tail -n 1 "$T/ort")"; return; }
 	ulp=$("$py" -c 'import glob, sys, numpy as np

@@ -868,7 +868,7 @@ def write_best_pt(path, net, hw):
 def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 		scripted=None, pairs=3, seed=0, ncand=256, names=("images", "output0"),
 		fold=True, half=False, weights=("model.safetensors", "model.pt"), checks=(),
-		dead_present=False, inits_as_inputs=False):
+		dead_present=False, inits_as_inputs=False, half_refused=None):
 	"""Fit, pick covering references, export broken (+dense), write all files.
 	`scripted`: a function turning the eager net into the one to export.
 	`names`: input and output names; `fold`: do_constant_folding.
@@ -882,7 +882,9 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 	initial values (affine, and BatchNorm's statistics), as experts no batch
 	reached do (the exporter then merges their equal initializers); the
 	others stay trained.
-	`inits_as_inputs`: export with keep_initializers_as_inputs=True."""
+	`inits_as_inputs`: export with keep_initializers_as_inputs=True.
+	`half_refused`: why a float16 copy of the case cannot be repaired
+	(tests/half.sh then requires the refusal), written to meta.json."""
 	d = os.path.join(out, name)
 	os.makedirs(d, exist_ok=True)
 	for f in os.listdir(d):
@@ -1013,6 +1015,8 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 			("model.safetensors", "model.pt"), []) or type(net) is not Net or \
 			any(type(m) not in (MoE, SharedStemMoE, ScriptedMoE) for _, m in layers):
 		meta.update(extra)
+	if half_refused:
+		meta["half_refused"] = half_refused
 	with open(os.path.join(d, "meta.json"), "w") as f:
 		json.dump(meta, f, indent=1)
 		f.write("\n")
