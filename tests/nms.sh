@@ -2,12 +2,12 @@
 # An nms=True export (tests/gen/nms.py: the exporter's NMS wrapper around a
 # detector with two MoE layers): the post-processing's NonZero (the score
 # threshold), NonMaxSuppression, Pad and ScatterND sit behind the routed
-# layers and are not dispatch. The
-# tracer bakes the dummy's detection count into the pad, so the export does
-# not follow eager PyTorch; the dense export, run in ONNX Runtime, is the
-# reference. Diagnosis and --check flag the broken export and pass the dense
-# one; the repairs (experts.yaml dense and sparse, --weights alone) match
-# the dense export, keep its Conv count and the NMS, and pass diagnosis.
+# layers and are not dispatch. The tracer bakes the dummy's detection count
+# into the pad, so the export does not follow eager PyTorch; the dense
+# export, run in ONNX Runtime, is the reference. Diagnosis and --check flag
+# the broken export and pass the dense one; the repairs (experts.yaml dense
+# and sparse, --weights alone) match the dense export, keep its Conv count
+# and the NMS, and pass diagnosis.
 . "$top_srcdir/tests/lib.sh"
 needs_onnx_ort "to judge the nms=True export"
 
