@@ -1174,6 +1174,114 @@ static Node *unknown_dispatch(Ctx *c, Node *t)
 	return u.hit;
 }
 
+/* The weight-map form (ES_MOE's dense forward, which its exports take):
+ * the indices only mask a [B,E,...] map of routing weights, and each
+ * expert's output is multiplied by its own channel map[:, i:i+1]. Nothing
+ * is dispatched, so the graph is static, and it is whole when the channels
+ * multiplied cover every expert id. A tracer that baked the dummy's choice
+ * into the graph (early ES_MOE's .item() loop) leaves only its channels. */
+typedef struct {
+	int64_t width;
+	const char *map;     /* the one map the channels are cut from */
+	unsigned char *seen; /* [width] */
+	int64_t nseen;
+	int other;           /* a cut of a second map */
+} Cover;
+
+/* n cuts channel *ch (-1: all, as unit splits) of its input 0 along axis 1;
+ * 0 when n is no one-channel cut. */
+static int channel_cut(const Graph *g, const Node *n, int64_t width, int64_t *ch)
+{
+	int64_t s, e, ax = 0, st = 1;
+	if (g_is(n, "Gather")) {
+		*ch = 0;
+		return g_attr_i(n, "axis", 0) == 1 && const_int1(g, nin(n, 1), ch);
+	}
+	if (g_is(n, "Split")) {
+		if (g_attr_i(n, "axis", 0) != 1 || (int64_t)n->n_output != width)
+			return 0;
+		int64_t sp[64];
+		const Onnx__AttributeProto *a = g_attr(n, "split");
+		long ns = a ? (long)a->n_ints : n->n_input > 1 && *n->input[1] ? g_const_ints(g, n->input[1], sp, 64) : 0;
+		for (long i = 0; i < ns && i < 64; i++)
+			if ((a ? a->ints[i] : sp[i]) != 1)
+				return 0;
+		*ch = -1;
+		return 1;
+	}
+	if (!g_is(n, "Slice"))
+		return 0;
+	const Onnx__AttributeProto *as = g_attr(n, "starts"), *ae = g_attr(n, "ends"), *aa = g_attr(n, "axes");
+	if (as || ae) { /* opset < 10 */
+		if (!as || !ae || !aa || as->n_ints != 1 || ae->n_ints != 1 || aa->n_ints != 1)
+			return 0;
+		s = as->ints[0], e = ae->ints[0], ax = aa->ints[0];
+	} else if (n->n_input < 4 || !const_int1(g, n->input[1], &s) || !const_int1(g, n->input[2], &e) ||
+		   !const_int1(g, n->input[3], &ax) || (n->n_input > 4 && *n->input[4] && !const_int1(g, n->input[4], &st))) {
+		return 0;
+	}
+	int rank = g_ty_rank(g, n->input[0]);
+	if (ax < 0 && rank > 0)
+		ax += rank;
+	if (s < 0)
+		s += width;
+	if (ax != 1 || st != 1 || e != s + 1)
+		return 0;
+	*ch = s;
+	return 1;
+}
+
+static unsigned cover_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
+{
+	Cover *cv = ud;
+	Graph *g = g_graph_of(c, n);
+	int64_t ch;
+	if (slot < 0)
+		return 0;
+	/* The map's own computation does no convolution: past one, the walk
+	 * would be in the rest of the model. */
+	if (g_is(n, "Conv") || g_is(n, "ConvTranspose") || g_is(n, "MatMul") || g_is(n, "Gemm"))
+		return 0;
+	if (slot == 0 && (g_is(n, "Slice") || g_is(n, "Gather") || g_is(n, "Split"))) {
+		if (g_ty_dim(g, v, 1) != cv->width || !channel_cut(g, n, cv->width, &ch))
+			return moves(n, slot, g) ? ~0u : 0;
+		if (cv->map && strcmp(cv->map, v) != 0) {
+			cv->other = 1;
+			return 0;
+		}
+		cv->map = v;
+		for (int64_t i = ch < 0 ? 0 : ch; i < (ch < 0 ? cv->width : ch + 1); i++)
+			if (i >= 0 && i < cv->width && !cv->seen[i]) {
+				cv->seen[i] = 1;
+				cv->nseen++;
+			}
+		return 0;
+	}
+	return ~0u;
+}
+
+/* 1: the weight-map form with every expert's channel; 0: not that form;
+ * -1: the form with channels missing (an error saying which). */
+static int map_cover(Ctx *c, Node *t, const char *scope, int64_t width, Err *e)
+{
+	if (width < 2 || width > 65536)
+		return 0;
+	Cover cv = { .width = width, .seen = arena_alloc(c->tmp, (size_t)width) };
+	memset(cv.seen, 0, (size_t)width);
+	Map r;
+	map_init(&r, c->tmp, 32);
+	flow_forward(c, c->g, (const char *[]){ t->output[1] }, 1, cover_step, &cv, &r);
+	if (!cv.map || cv.other)
+		return 0;
+	if (cv.nseen == width)
+		return 1;
+	int64_t miss = 0;
+	while (cv.seen[miss])
+		miss++;
+	return errf(e, "router '%s': only %lld of its %lld experts are weighted in the graph (channels of '%s'; expert %lld has none): the export fixed the dummy input's choice; the layer cannot be repaired safely",
+		    scope, (long long)cv.nseen, (long long)width, cv.map, (long long)miss);
+}
+
 /* ---- what the names say (for reports and zero-config use only) ---- */
 
 typedef struct {
@@ -1331,7 +1439,10 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 			if (hit)
 				return errf(e, "router '%s': its indices reach %s '%s' through a dispatch no known form has (no comparison with expert ids; e.g. ES_MOE's per-pixel routing map); the layer cannot be repaired safely",
 					    L->scope, hit->op_type, hit->name ? hit->name : "");
-			return 0;
+			int whole = map_cover(c, t, L->scope, L->width, e);
+			if (whole <= 0)
+				return whole;
+			w.dense = 1;
 		}
 		L->form = w.dense ? FORM_DENSE : FORM_SPARSE;
 		L->indices = t->output[1];
