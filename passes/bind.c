@@ -210,6 +210,18 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 	}
 	if (by_value(c, s, L, nl, bound, taken, src, ud, e))
 		return -1;
+	/* A static layer of a name-free export has no present experts to
+	 * match by value, and nothing of it is rewritten: a layer names and
+	 * values left unbound takes the next such router, in graph order, whose
+	 * width and K agree with it. A damaged router stays unbound and is an
+	 * error below; a named one never binds so (its scope must say). */
+	for (size_t i = 0; i < s->nlayer; i++)
+		for (size_t j = 0; j < nl && !bound[i]; j++)
+			if (!taken[j] && FORM_STATIC(L[j].form) && !L[j].topmodule && L[j].width == s->layer[i].experts &&
+			    (L[j].topk_k < 0 || L[j].topk_k == s->layer[i].top_k)) {
+				bound[i] = &L[j];
+				taken[j] = 1;
+			}
 	for (size_t i = 0; i < s->nlayer; i++) {
 		if (!bound[i])
 			return errf(e, "layer %s: no MoE router of the model is under this scope (%zu found%s%s); check `scope:`",

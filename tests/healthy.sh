@@ -2,9 +2,11 @@
 # Real exports that need no repair (tests/healthy/, see its README): every
 # expert is in the graph and nothing is dispatched on data. With the
 # experts.yaml a user writes, the repair says so and writes the same bytes,
-# in either dispatch form; --check and diagnosis pass them; and they match
-# the eager references in ONNX Runtime, so "nothing to repair" is true.
+# in either dispatch form, and with names stripped; --check and diagnosis
+# pass them; and they match the eager references in ONNX Runtime, so
+# "nothing to repair" is true.
 . "$top_srcdir/tests/lib.sh"
+py=/usr/bin/python3
 ncase=0
 for dir in "$top_srcdir"/tests/healthy/*/; do
 	[ -f "$dir/model.onnx" ] || continue
@@ -22,6 +24,15 @@ for dir in "$top_srcdir"/tests/healthy/*/; do
 			fail "$name: a model that needs no repair was changed ($form)"
 	done
 	expect 0 "$name: --check with experts.yaml passes" -- "$BIN" -q "$dir/model.onnx" --check --experts "$dir/experts.yaml"
+	# Name-free, the layer binds to its router by width and K alone.
+	if "$py" "$top_srcdir/tests/gen/strip_names.py" "$dir/model.onnx" "$T/noname.onnx"; then
+		expect 0 "$name: name-free copy, repair with experts.yaml" -- \
+			"$BIN" -q "$T/noname.onnx" --experts "$dir/experts.yaml" -o "$T/out.onnx" &&
+			{ cmp -s "$T/noname.onnx" "$T/out.onnx" && ok "$name: name-free copy written unchanged" ||
+				fail "$name: a name-free model that needs no repair was changed"; }
+	else
+		fail "$name: strip_names.py needs $py with the onnx module (Debian python3-onnx)"
+	fi
 	expect 0 "$name: diagnosis without YAML passes" -- "$BIN" -q "$dir/model.onnx"
 done
 [ "$ncase" -ge 3 ] || fail "only $ncase healthy cases found"
