@@ -1231,6 +1231,22 @@ static int channel_cut(const Graph *g, const Node *n, int64_t width, int64_t *ch
 	return 1;
 }
 
+/* Whether value v multiplies something, itself or through ops that only
+ * move it: a channel that weighs an expert's output. */
+static int weighs(const Graph *g, const char *v, int depth)
+{
+	Val *x = g_val(g, v);
+	for (uint32_t i = 0; x && i < x->nuse; i++) {
+		Node *u = x->use[i].n;
+		if (g_is(u, "Mul"))
+			return 1;
+		if (depth < 4 && moves(u, 0, g) && u->n_input && strcmp(u->input[0], v) == 0 && u->n_output &&
+		    weighs(x->use[i].g, u->output[0], depth + 1))
+			return 1;
+	}
+	return 0;
+}
+
 static unsigned cover_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 {
 	Cover *cv = ud;
@@ -1243,7 +1259,8 @@ static unsigned cover_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 	if (g_is(n, "Conv") || g_is(n, "ConvTranspose") || g_is(n, "MatMul") || g_is(n, "Gemm"))
 		return 0;
 	if (slot == 0 && (g_is(n, "Slice") || g_is(n, "Gather") || g_is(n, "Split"))) {
-		if (g_ty_dim(g, v, 1) != cv->width || !channel_cut(g, n, cv->width, &ch))
+		if (g_ty_dim(g, v, 1) != cv->width || !channel_cut(g, n, cv->width, &ch) ||
+		    !weighs(g, n->output[0], 0))
 			return moves(n, slot, g) ? ~0u : 0;
 		if (cv->map && strcmp(cv->map, v) != 0) {
 			cv->other = 1;
