@@ -1194,8 +1194,10 @@ static int channel_cut(const Graph *g, const Node *n, int64_t width, int64_t *ch
 {
 	int64_t s, e, ax = 0, st = 1;
 	if (g_is(n, "Gather")) {
-		*ch = 0;
-		return g_attr_i(n, "axis", 0) == 1 && const_int1(g, nin(n, 1), ch);
+		if (g_attr_i(n, "axis", 0) != 1 || !const_int1(g, nin(n, 1), ch))
+			return 0;
+		*ch += *ch < 0 ? width : 0; /* -1 is the last channel, not all */
+		return *ch >= 0 && *ch < width;
 	}
 	if (g_is(n, "Split")) {
 		if (g_attr_i(n, "axis", 0) != 1 || (int64_t)n->n_output != width)
