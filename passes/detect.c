@@ -170,6 +170,43 @@ static const char *strip(const Graph *g, const char *v, Node **last)
 
 /* ---- NonZero coordinates ---- */
 
+/* Whether every output of Split n is one wide: its sizes (the attribute,
+ * or input 1 from opset 13) are all 1 and one per output. Without sizes
+ * the split is even, one wide when the caller knows the outputs number
+ * the axis's length. Sizes that are not a constant are no unit split: the
+ * walk would take a cut it cannot read for a column. */
+static int unit_split(const Graph *g, const Node *n)
+{
+	const Onnx__AttributeProto *a = g_attr(n, "split");
+	if (a) {
+		for (size_t i = 0; i < a->n_ints; i++)
+			if (a->ints[i] != 1)
+				return 0;
+		return a->n_ints == n->n_output;
+	}
+	if (n->n_input < 2 || !*n->input[1])
+		return 1;
+	const Tensor *t = g_const(g, n->input[1]);
+	size_t nb, w = t && t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? 8
+		       : t && t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 ? 4 : 0;
+	const unsigned char *p = w ? g_tensor_data(t, &nb) : NULL;
+	if (!p || nb != n->n_output * w)
+		return 0;
+	for (size_t i = 0; i < nb; i += w) {
+		int64_t x = 0;
+		if (w == 8)
+			memcpy(&x, p + i, 8);
+		else {
+			int32_t y;
+			memcpy(&y, p + i, 4);
+			x = y;
+		}
+		if (x != 1)
+			return 0;
+	}
+	return 1;
+}
+
 /* Which coordinate of NonZero z the value v holds: z is [r, n]; the
  * exporter takes column c of its transpose (Split along 1, or Gather), or
  * row c of z itself. -1 when v is no such coordinate. */
@@ -187,17 +224,9 @@ static int nz_coord(const Graph *g, const char *v, Node **z)
 		for (size_t o = 0; o < n->n_output; o++)
 			if (strcmp(n->output[o], v) == 0)
 				c = (int)o;
-		if (axis != 1)
-			return -1;
 		/* Unit splits only: each output is one column. */
-		int64_t sp[8];
-		const Onnx__AttributeProto *a = g_attr(n, "split");
-		long ns = a ? (long)a->n_ints : n->n_input > 1 && *n->input[1] ? g_const_ints(g, n->input[1], sp, 8) : -2;
-		for (long i = 0; a && i < ns && i < 8; i++)
-			sp[i] = a->ints[i];
-		for (long i = 0; i < ns && i < 8; i++)
-			if (sp[i] != 1)
-				return -1;
+		if (axis != 1 || !unit_split(g, n))
+			return -1;
 		src = def_of(g, n->input[0]);
 		transposed = 1;
 	} else if (g_is(n, "Gather") && const_int1(g, nin(n, 1), &j) && j >= 0 && j < 16) {
@@ -1200,14 +1229,8 @@ static int channel_cut(const Graph *g, const Node *n, int64_t width, int64_t *ch
 		return *ch >= 0 && *ch < width;
 	}
 	if (g_is(n, "Split")) {
-		if (g_attr_i(n, "axis", 0) != 1 || (int64_t)n->n_output != width)
+		if (g_attr_i(n, "axis", 0) != 1 || (int64_t)n->n_output != width || !unit_split(g, n))
 			return 0;
-		int64_t sp[64];
-		const Onnx__AttributeProto *a = g_attr(n, "split");
-		long ns = a ? (long)a->n_ints : n->n_input > 1 && *n->input[1] ? g_const_ints(g, n->input[1], sp, 64) : 0;
-		for (long i = 0; i < ns && i < 64; i++)
-			if ((a ? a->ints[i] : sp[i]) != 1)
-				return 0;
 		*ch = -1;
 		return 1;
 	}

@@ -388,6 +388,103 @@ START_TEST(refuse_no_expert_id)
 }
 END_TEST
 
+/* ES_MOE's export-time dense forward: the indices scatter a routing map
+ * whose channels (cut by cut(), 4 experts) each multiply an expert's
+ * output; the routed sum is their accumulation. */
+static void build_wmap(MB *m, B *b, const char *(*cut)(MB *, const char *))
+{
+	mb_new(m, b, 17);
+	mb_inputs(m, 4);
+	b_init(b, NULL, "map0", FLOAT, "2,4", NULL);
+	b_init(b, NULL, "ones", FLOAT, "2,2", "1,1,1,1");
+	const char *sm = mb_op(m, NULL, "/model.3/router", "Softmax", "scores", "axis=1");
+	Node *t = mb_node(m, NULL, "/model.3/router", "TopK", MB_J(m, sm, mb_int(m, NULL, NULL, "1", "2")), 2, "axis=1");
+	const char *wm = mb_op(m, NULL, "/model.3/router", "ScatterElements", MB_J(m, "map0", t->output[1], "ones"), "axis=1");
+	b_out(b, NULL, cut(m, wm), FLOAT, NULL);
+	ck_assert_int_eq(b_index(b), 0);
+}
+
+/* Channel c of map [2,4] times expert c's output (a Conv of x). */
+static const char *weigh(MB *m, const char *ch, int c)
+{
+	const char *w = arena_printf(m->b->a, "w%d", c);
+	b_init(m->b, NULL, w, FLOAT, "2,2,1,1", NULL);
+	const char *y = mb_op(m, NULL, arena_printf(m->b->a, "/model.3/experts.%d", c), "Conv", MB_J(m, "x", w), "");
+	const char *r = mb_op(m, NULL, "/model.3", "Reshape", MB_J(m, ch, mb_int(m, NULL, NULL, "4", "2,1,1,1")), "");
+	return mb_op(m, NULL, "/model.3", "Mul", MB_J(m, y, r), "");
+}
+
+/* sizes NULL: read at run time, from an input. */
+static const char *sum_split(MB *m, const char *map, const char *sizes, int nout)
+{
+	if (!sizes)
+		b_in(m->b, NULL, "sizes", INT64, "4");
+	const char *sz = sizes ? mb_int(m, NULL, NULL, "4", sizes) : "sizes";
+	Node *sp = mb_node(m, NULL, "/model.3", "Split", MB_J(m, map, sz), nout, "axis=1");
+	const char *acc = NULL;
+	for (int i = 0; i < nout; i++) {
+		const char *p = weigh(m, sp->output[i], i);
+		acc = acc ? mb_op(m, NULL, "/model.3", "Add", MB_J(m, acc, p), "") : p;
+	}
+	return acc;
+}
+
+static const char *unit_split4(MB *m, const char *map) { return sum_split(m, map, "1,1,1,1", 4); }
+static const char *wide_split4(MB *m, const char *map) { return sum_split(m, map, "1,1,2,0", 4); }
+static const char *input_split4(MB *m, const char *map) { return sum_split(m, map, NULL, 4); }
+
+/* Channels 1 and 3 alone, by Gather (3 as -1): the tracer kept the
+ * dummy's choice. */
+static const char *two_channels(MB *m, const char *map)
+{
+	const char *g1 = mb_op(m, NULL, "/model.3", "Gather", MB_J(m, map, mb_int(m, NULL, NULL, "1", "1")), "axis=1");
+	const char *g3 = mb_op(m, NULL, "/model.3", "Gather", MB_J(m, map, mb_int(m, NULL, NULL, "1", "-1")), "axis=1");
+	return mb_op(m, NULL, "/model.3", "Add", MB_J(m, weigh(m, g1, 1), weigh(m, g3, 3)), "");
+}
+
+START_TEST(weight_map_whole)
+{
+	MB m;
+	B b;
+	build_wmap(&m, &b, unit_split4);
+	Layer *L = find1(&b, 0);
+	ck_assert_int_eq(L->form, FORM_DENSE);
+	ck_assert_int_eq(L->width, 4);
+	ck_assert_int_eq(L->topk_k, 2);
+	b_free(&b);
+}
+END_TEST
+
+/* A Split whose parts are not one channel each, or whose sizes are known
+ * only at run time, cuts no expert's channel: the map covers no expert,
+ * and the TopK is no router found. */
+START_TEST(weight_map_wide_split)
+{
+	const char *(*cut[])(MB *, const char *) = { wide_split4, input_split4 };
+	for (size_t i = 0; i < 2; i++) {
+		MB m;
+		B b;
+		build_wmap(&m, &b, cut[i]);
+		Layer *L = NULL;
+		size_t n = 1;
+		ck_assert_int_eq(moe_find(&b.c, NULL, 1, &L, &n, &b.e), 0);
+		ck_assert_uint_eq(n, 0);
+		b_free(&b);
+	}
+}
+END_TEST
+
+START_TEST(weight_map_missing_channels)
+{
+	MB m;
+	B b;
+	build_wmap(&m, &b, two_channels);
+	refused(&b, "only 2 of its 4 experts are weighted in the graph");
+	tu_err_has(b.e.msg, "expert 0 has none");
+	b_free(&b);
+}
+END_TEST
+
 /* A layer that cannot be repaired is still named, for the diagnosis, by
  * the module holding its router: the router's parent, unless the router
  * is a node of the layer's own module, as ES_MOE's /model.3/TopK is (the
@@ -589,6 +686,9 @@ int main(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("refusals");
 	tcase_add_test(tc, refuse_no_expert_id);
+	tcase_add_test(tc, weight_map_whole);
+	tcase_add_test(tc, weight_map_wide_split);
+	tcase_add_test(tc, weight_map_missing_channels);
 	tcase_add_test(tc, refuse_mask_unknown_op);
 	tcase_add_test(tc, refuse_two_row_gathers);
 	tcase_add_test(tc, refuse_weight_by_rows_only);
