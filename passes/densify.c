@@ -75,7 +75,7 @@ static const char *clone_name(Ctx *c, const Layer *L, const Node *s, const char 
 		return r;
 	const char *full = expert_path(c, L->spec, id), *scope = L->spec->scope;
 	size_t n = strlen(scope);
-	return arena_printf(c->tmp, "/%s%s%s/%s", scope, n ? "/" : "", full + n + (n ? 1 : 0), s->op_type);
+	return arena_cat(c->tmp, "/", scope, n ? "/" : "", full + n + (n ? 1 : 0), "/", s->op_type, NULL);
 }
 
 static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const Mapping *m, int id,

@@ -14,15 +14,15 @@ void emit_init(Emit *m, Ctx *c, const char *pfx)
 	m->one = NULL;
 	if (c->opset >= 13) {
 		int64_t one = 1;
-		m->one = g_add_init_i64(c, c->g, arena_printf(c->a, "%saxes_1", pfx), &one, 1, 0)->name;
+		m->one = g_add_init_i64(c, c->g, arena_cat(c->a, pfx, "axes_1", NULL), &one, 1, 0)->name;
 	}
 }
 
 const char *emit(Emit *m, const char *op, const char *const *in, size_t nin)
 {
 	const char *none = "";
-	Node *n = g_add_node(m->c, m->c->g, op, arena_printf(m->c->a, "%s%s", m->pfx, op), in, nin, &none, 1);
-	g_rename_output(m->c, n, 0, g_fresh(m->c, arena_printf(m->c->a, "%s_output_0", n->name)));
+	Node *n = g_add_node(m->c, m->c->g, op, arena_cat(m->c->a, m->pfx, op, NULL), in, nin, &none, 1);
+	g_rename_output(m->c, n, 0, g_fresh(m->c, arena_cat(m->c->a, n->name, "_output_0", NULL)));
 	return n->output[0];
 }
 
@@ -78,7 +78,7 @@ const char *emit_masked(Emit *m, const char *w, const char *mask)
 
 const char *emit_i64(Emit *m, const char *base, const int64_t *v, size_t n, int scalar)
 {
-	return g_add_init_i64(m->c, m->c->g, arena_printf(m->c->a, "%s%s", m->pfx, base), v, n, scalar)->name;
+	return g_add_init_i64(m->c, m->c->g, arena_cat(m->c->a, m->pfx, base, NULL), v, n, scalar)->name;
 }
 
 const char *emit_reshape(Emit *m, const char *x, const int64_t *shape, size_t n)

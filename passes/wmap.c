@@ -28,7 +28,7 @@ static int is_float(int dtype)
 static const char *key_prefix(Ctx *c, const Layer *L, int id)
 {
 	const char *pre = L->spec->prefix ? L->spec->prefix : "";
-	return arena_printf(c->a, "%s%s.", pre, expert_path(c, L->spec, id));
+	return arena_cat(c->a, pre, expert_path(c, L->spec, id), ".", NULL);
 }
 
 /* The same into b when it fits, else in the arena: keys are built for
@@ -838,9 +838,9 @@ static int named_like(Ctx *c, const Layer *L, const Expert *tpl, const Slot *sl,
 const char *moe_recipe_key(Arena *a, const Recipe *r)
 {
 	switch (r->kind) {
-	case R_FOLD_W: return arena_printf(a, "%s:bnfold", r->rest);
-	case R_FOLD_B: return arena_printf(a, "%s.bias:bnfold", r->bn);
-	case R_TRANS: return arena_printf(a, "%s:T", r->rest);
+	case R_FOLD_W: return arena_cat(a, r->rest, ":bnfold", NULL);
+	case R_FOLD_B: return arena_cat(a, r->bn, ".bias:bnfold", NULL);
+	case R_TRANS: return arena_cat(a, r->rest, ":T", NULL);
 	default: return r->rest;
 	}
 }

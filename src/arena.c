@@ -492,6 +492,26 @@ char *arena_strdup(Arena *a, const char *s)
 	return arena_dup(a, s, strlen(s) + 1);
 }
 
+char *arena_cat(Arena *a, const char *s, ...)
+{
+	va_list ap;
+	size_t n = 0;
+	va_start(ap, s);
+	for (const char *p = s; p; p = va_arg(ap, const char *))
+		n += strlen(p);
+	va_end(ap);
+	char *r = arena_alloc_raw(a, n + 1), *q = r;
+	va_start(ap, s);
+	for (const char *p = s; p; p = va_arg(ap, const char *)) {
+		size_t k = strlen(p);
+		memcpy(q, p, k);
+		q += k;
+	}
+	va_end(ap);
+	*q = 0;
+	return r;
+}
+
 char *arena_printf(Arena *a, const char *fmt, ...)
 {
 	/* Names are short: formatted once on the stack, then copied; only a

@@ -90,6 +90,8 @@ START_TEST(arena_big_and_small)
 	ck_assert_int_eq(big[(3u << 20) - 1], 0);
 	char *s = arena_printf(a, "%s-%d", "x", 42);
 	ck_assert_str_eq(s, "x-42");
+	ck_assert_str_eq(arena_cat(a, "/model.0/", "", "Gather", "_output_0", NULL), "/model.0/Gather_output_0");
+	ck_assert_str_eq(arena_cat(a, "", NULL), "");
 	ck_assert_uint_eq((uintptr_t)arena_alloc(a, 3) % 8, 0);
 	arena_free(a);
 }
