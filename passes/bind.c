@@ -11,6 +11,27 @@
 
 #include "moe.h"
 
+/* Whether module m (dotted path) is scope or lies under it. */
+static int under(const char *m, const char *scope)
+{
+	size_t n = strlen(scope);
+	return !n || (strncmp(m, scope, n) == 0 && (m[n] == '.' || !m[n]));
+}
+
+/* A node of the main graph named under scope: the layer is in the graph,
+ * only no router of it is. */
+static const Node *node_under(Ctx *c, const char *scope)
+{
+	const Onnx__GraphProto *gp = c->g->gp;
+	for (size_t i = 0; i < gp->n_node; i++) {
+		const Node *n = gp->node[i];
+		const char *m = n->name && *n->name ? spec_node_module(c->tmp, n->name) : NULL;
+		if (m && *m && under(m, scope))
+			return n;
+	}
+	return NULL;
+}
+
 /* How strongly names tie spec layer s to detected layer L: experts whose
  * nodes sit at s's path for their own id count 2 each, a router under the
  * scope 1. From the module and pattern detection read off the names, so
@@ -22,12 +43,8 @@ static int name_score(Ctx *c, const SpecLayer *s, const Layer *L)
 		for (size_t k = 0; k < L->nex; k++)
 			if (strcmp(L->named[k], expert_path(c, s, L->ex[k].id)) == 0)
 				score += 2;
-	if (L->topmodule) {
-		const char *m = L->topmodule;
-		size_t n = strlen(s->scope);
-		if (!n || (strncmp(m, s->scope, n) == 0 && (m[n] == '.' || !m[n])))
-			score += 1;
-	}
+	if (L->topmodule && under(L->topmodule, s->scope))
+		score += 1;
 	return score;
 }
 
@@ -223,6 +240,13 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 				taken[j] = 1;
 			}
 	for (size_t i = 0; i < s->nlayer; i++) {
+		const Node *in = bound[i] || !*s->layer[i].scope ? NULL : node_under(c, s->layer[i].scope);
+		if (!bound[i] && in)
+			return errf(e, "layer %s: node '%s' lies under this scope, but no MoE router does (%zu found elsewhere%s%s)%s",
+				    s->layer[i].scope, in->name, nl, nl ? ", first " : "", nl ? L[0].scope : "",
+				    s->layer[i].top_k >= s->layer[i].experts
+					    ? ": with top_k equal to experts the module runs every expert and has nothing to repair; remove the layer from experts.yaml"
+					    : "; check `scope:`");
 		if (!bound[i])
 			return errf(e, "layer %s: no MoE router of the model is under this scope (%zu found%s%s); check `scope:`",
 				    s->layer[i].scope, nl, nl ? ", first " : "", nl ? L[0].scope : "");

@@ -29,6 +29,16 @@ case_ "expert pattern that names nothing" "$d/broken.onnx" "matches no checkpoin
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" "    expert: blocks.{i}"
 # also_ NAME SUBSTRING: the error of the last case_ holds SUBSTRING too.
 also_() { grep -qF -- "$2" "$T/err" || fail "$1: want '$2' in: $(cat "$T/err")"; }
+# A scope with nodes but no router: a module that runs every expert (top_k
+# equal to experts, as YOLO-Master's C2fMoA) has nothing to repair, and the
+# error says to drop it; otherwise the scope is likely wrong.
+case_ "scope of a module without a router, all experts run" "$k2/broken.onnx" \
+	"layer model.0: node '/model/model.0/model.0.0/Conv' lies under this scope, but no MoE router does" -- \
+	"weights: $k2/model.safetensors" "moe:" "  - {scope: model.0, experts: 3, top_k: 3}"
+also_ "scope of a module without a router, all experts run" "has nothing to repair; remove the layer from experts.yaml"
+case_ "scope of a module without a router" "$k2/broken.onnx" "no MoE router does (3 found elsewhere" -- \
+	"weights: $k2/model.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
+also_ "scope of a module without a router" "; check \`scope:\`"
 
 # A top_k or experts count that disagrees with the graph is refused, naming
 # both values, before any weight is looked up.
