@@ -242,8 +242,8 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 	for (size_t i = 0; i < s->nlayer; i++) {
 		const Node *in = bound[i] || !*s->layer[i].scope ? NULL : node_under(c, s->layer[i].scope);
 		if (!bound[i] && in)
-			return errf(e, "layer %s: node '%s' lies under this scope, but no MoE router does (%zu found elsewhere%s%s)%s",
-				    s->layer[i].scope, in->name, nl, nl ? ", first " : "", nl ? L[0].scope : "",
+			return errf(e, "layer %s: node '%s' lies under this scope, but no MoE router does (%s)%s", s->layer[i].scope,
+				    in->name, nl ? arena_printf(c->tmp, "%zu found elsewhere, first %s", nl, L[0].scope) : "none in the model",
 				    s->layer[i].top_k >= s->layer[i].experts
 					    ? ": with top_k equal to experts the module runs every expert and has nothing to repair; remove the layer from experts.yaml"
 					    : "; check `scope:`");
