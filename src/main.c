@@ -440,6 +440,13 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, int on
 		rc = 2;
 		goto done;
 	}
+	/* The unpack makes a third of a graph-heavy run's memory: the helper
+	 * populates blocks ahead from the start (pipeline_run would start it
+	 * only after the load). 400 layers, each run after another process
+	 * touched and freed 3 GiB: median 0.485 -> 0.425 s (six runs each)
+	 * and 0.34 -> 0.32 s (eight), peak RSS unchanged. The budget is set
+	 * already: arena_new asked for it. */
+	arena_prefill(1);
 	if (model_load(&md, in, a, e) < 0) {
 		rc = 2;
 		goto done;
@@ -484,6 +491,7 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, int on
 	}
 	t3 = now();
 done:
+	arena_prefill(0);
 	progress_done(&pg);
 	/* In a batch every error line names its input (a save error names
 	 * the output, a pass error the layer). */
