@@ -490,7 +490,12 @@ static void gather(const float *a, const float *b, int64_t n, float *x, float *y
 		from[k] = (struct iovec){ (void *)(a + i), (size_t)len * sizeof *a };
 		from[runs + k] = (struct iovec){ (void *)(b + i), (size_t)len * sizeof *b };
 	}
-	if (process_vm_readv(self(), to, 2, from, (unsigned long)(2 * runs), 0) == (ssize_t)(2 * ns * sizeof *x))
+	/* A tensor of one run (at most 1 KiB) is loaded: the call costs
+	 * more than the loads, and tensors that small share their pages, so
+	 * a first touch serves its neighbours too (400 layers of tiny
+	 * experts: 5600 calls, the layers 113 -> 97 ms; the 1 GB and
+	 * external-data runs unchanged). */
+	if (n > SAMPLES && process_vm_readv(self(), to, 2, from, (unsigned long)(2 * runs), 0) == (ssize_t)(2 * ns * sizeof *x))
 		return;
 	for (int64_t m = 0; m < ns; m++) {
 		x[m] = a[sample_at(n, m)];
