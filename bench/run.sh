@@ -1,6 +1,6 @@
 #!/bin/sh
 # The benchmark: onnx-moe-repair against the floors, on this machine, in one
-# run.  Several rounds each (median wall time, peak RSS from /usr/bin/time):
+# run.  Several rounds each (median wall time, peak RSS; bench/timeit.c):
 #   - our repair of a generated ~1 GB inline model,
 #   - onnx.load of the broken model + onnx.save of the repaired one with
 #     Debian's python3-onnx (the floor of any Python-stack tool),
@@ -16,14 +16,12 @@
 #                                 bench/out/ on first use, ~8 GB of disk)
 #   BENCH_CLEAN=1 bench/run.sh   also deletes bench/out/ afterwards
 #
-# Needs: a built ./onnx-moe-repair, /usr/bin/time (Debian: apt-get install
-# time), /usr/bin/python3 with python3-onnx and python3-numpy, node with
-# onnxruntime-node (npm install --ignore-scripts).
+# Needs: a built ./onnx-moe-repair, cc, /usr/bin/python3 with python3-onnx
+# and python3-numpy, node with onnxruntime-node (npm install --ignore-scripts).
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT/onnx-moe-repair}
 PY=/usr/bin/python3
-TIME=/usr/bin/time
 OUT=$ROOT/bench/out
 ROUNDS=${1:-3}
 CORPUS=${CORPUS:-$ROOT/../shared/corpus}
@@ -31,13 +29,13 @@ CORPUS=${CORPUS:-$ROOT/../shared/corpus}
 
 die() { echo "bench/run.sh: $*" >&2; exit 2; }
 [ -x "$BIN" ] || die "$BIN missing: build first (autoreconf -fi && ./configure && make)"
-[ -x "$TIME" ] || die "$TIME missing: apt-get install time (the shell's time keyword cannot report peak RSS)"
 "$PY" -c 'import onnx, numpy' 2>/dev/null || die "$PY lacks onnx/numpy: apt-get install python3-onnx python3-numpy"
 (cd "$ROOT" && node -e "require.resolve('onnxruntime-node')") >/dev/null 2>&1 ||
 	die "onnxruntime-node missing: npm install --ignore-scripts in $ROOT"
 mkdir -p "$OUT"
 T=$(mktemp -d "$OUT/.run.XXXXXX")
 trap 'rm -rf "$T"' EXIT
+cc -O2 -o "$T/timeit" "$ROOT/bench/timeit.c" || die "cannot build bench/timeit.c with cc"
 
 # gen DIR ARGS...: generate once per argument set.
 gen() {
@@ -55,9 +53,8 @@ gen() {
 run() {
 	name=$1
 	shift
-	"$TIME" -f "%e %M" -o "$T/time" "$@" >"$T/stdout" 2>"$T/stderr" ||
+	"$T/timeit" "$@" 3>>"$T/$name" >"$T/stdout" 2>"$T/stderr" ||
 		die "$name failed: $(tail -3 "$T/stderr")"
-	cat "$T/time" >>"$T/$name"
 }
 # pyrun NAME CMD...: same, wall time as the script reports it (load + save).
 pyrun() {
