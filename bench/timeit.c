@@ -7,7 +7,6 @@
  * and the peak RSS is wait4's, as time's %M is. */
 #define _GNU_SOURCE
 #include <stdio.h>
-#include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>

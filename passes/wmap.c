@@ -477,26 +477,28 @@ static int64_t sample_at(int64_t n, int64_t m)
 }
 
 /* The samples of a and b (n elements each) into x and y (nsamples(n)
- * each). Through the kernel (process_vm_readv, one call for every run of
- * both sides): a page it reads for us costs a sixth of a first touch from
- * user space under a paravirtualised MMU (measured: 3 against 19 us).
- * Loaded where the call is refused. */
+ * each). A tensor of several runs goes through the kernel
+ * (process_vm_readv, one call for every run of both sides): a page it
+ * reads for us costs a sixth of a first touch from user space under a
+ * paravirtualised MMU (measured: 3 against 19 us). A tensor of one run
+ * (at most 1 KiB) is loaded: the call costs more than the loads, and
+ * tensors that small share their pages, so a first touch serves their
+ * neighbours too (400 layers of tiny experts: 5600 calls, the layers
+ * 113 -> 97 ms; the 1 GB and external-data runs unchanged). Loaded too
+ * where the call is refused. */
 static void gather(const float *a, const float *b, int64_t n, float *x, float *y)
 {
-	int64_t ns = nsamples(n), runs = n <= SAMPLES ? 1 : RUNS, len = ns / runs;
-	struct iovec to[2] = { { x, (size_t)ns * sizeof *x }, { y, (size_t)ns * sizeof *y } }, from[2 * RUNS];
-	for (int64_t k = 0; k < runs; k++) {
-		int64_t i = sample_at(n, k * len);
-		from[k] = (struct iovec){ (void *)(a + i), (size_t)len * sizeof *a };
-		from[runs + k] = (struct iovec){ (void *)(b + i), (size_t)len * sizeof *b };
+	int64_t ns = nsamples(n);
+	if (n > SAMPLES) {
+		struct iovec to[2] = { { x, (size_t)ns * sizeof *x }, { y, (size_t)ns * sizeof *y } }, from[2 * RUNS];
+		for (int k = 0; k < RUNS; k++) {
+			int64_t i = sample_at(n, (int64_t)k * RUN);
+			from[k] = (struct iovec){ (void *)(a + i), RUN * sizeof *a };
+			from[RUNS + k] = (struct iovec){ (void *)(b + i), RUN * sizeof *b };
+		}
+		if (process_vm_readv(self(), to, 2, from, 2 * RUNS, 0) == (ssize_t)(2 * ns * sizeof *x))
+			return;
 	}
-	/* A tensor of one run (at most 1 KiB) is loaded: the call costs
-	 * more than the loads, and tensors that small share their pages, so
-	 * a first touch serves its neighbours too (400 layers of tiny
-	 * experts: 5600 calls, the layers 113 -> 97 ms; the 1 GB and
-	 * external-data runs unchanged). */
-	if (n > SAMPLES && process_vm_readv(self(), to, 2, from, (unsigned long)(2 * runs), 0) == (ssize_t)(2 * ns * sizeof *x))
-		return;
 	for (int64_t m = 0; m < ns; m++) {
 		x[m] = a[sample_at(n, m)];
 		y[m] = b[sample_at(n, m)];
