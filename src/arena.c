@@ -157,7 +157,8 @@ static Block *huge_block(size_t sz, size_t pop)
  * kernel's population of a block is usually 0.25 ms, but right after
  * another process freed memory it took 17x-21x as long on this virtual
  * machine (0.19-0.23 s against 0.011 s over a 400-layer repair, summed
- * with strace -T; likely the host backing the pages again). Made on the
+ * with strace -T; most likely the host backing again pages the balloon's
+ * free page reporting gave it). Made on the
  * idle core while the repair fills the block before, it costs the repair
  * nothing.
  * One block ahead is too few in bursts (the unpack, the index): there the
