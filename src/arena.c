@@ -157,10 +157,9 @@ static Block *huge_block(size_t sz, size_t pop)
  * kernel's population of a block is usually 0.25 ms, but right after
  * another process freed memory it took 17x-21x as long on this virtual
  * machine (0.19-0.23 s against 0.011 s over a 400-layer repair, summed
- * with strace -T; most likely the host backing again pages the balloon's
- * free page reporting gave it). Made on the
- * idle core while the repair fills the block before, it costs the repair
- * nothing.
+ * with strace -T; most likely the host backing pages again that the
+ * balloon's free page reporting gave it). Made on the idle core while the
+ * repair fills the block before, it costs the repair nothing.
  * One block ahead is too few in bursts (the unpack, the index): there the
  * main thread still populated 13-17% of its samples' worth, right after
  * Python's run. So the helper keeps `want` blocks ready, one more each
