@@ -65,6 +65,12 @@ static MapSlot *find(const Map *m, const void *key)
 	return find_h(m, key, hash(m, key));
 }
 
+void map_prefetch(const Map *m, const void *key)
+{
+	if (m->cap)
+		__builtin_prefetch(&m->slot[hash(m, key) & (m->cap - 1)]);
+}
+
 static void *get(const Map *m, const void *key)
 {
 	if (!m->cap)

@@ -35,6 +35,10 @@ void **map_ref(Map *m, const char *key);
  * value the copy, *added 1) when key was absent. One probe. */
 const char *map_add(Map *m, Arena *a, const char *key, int *added);
 uint64_t map_hash(const char *s);
+/* Starts loading key's first slot into the cache (pointer keys too):
+ * for loops over many keys, a few ahead of the one probed, where each
+ * probe of a large table would otherwise wait for memory. */
+void map_prefetch(const Map *m, const void *key);
 
 void pmap_init(PMap *m, Arena *a, size_t hint);
 void *pmap_get(const PMap *m, const void *key);
