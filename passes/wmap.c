@@ -311,10 +311,17 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 		return 0;
 	}
 	int64_t n1 = 0, n2 = 0, n3 = 0, n4 = 0;
-	o->var = key_f32(s, kcat(s, pre, bn, ".running_var"), &n1);
-	o->mu = key_f32(s, kcat(s, pre, bn, ".running_mean"), &n2);
-	o->g = key_f32(s, kcat(s, pre, bn, ".weight"), &n3);
-	o->b = key_f32(s, kcat(s, pre, bn, ".bias"), &n4);
+	/* Four lookups in a table of every checkpoint key, each a cache
+	 * miss: started together, they wait for memory once. kcat's four
+	 * buffers hold the four keys. */
+	const char *k[4] = { kcat(s, pre, bn, ".running_var"), kcat(s, pre, bn, ".running_mean"),
+			     kcat(s, pre, bn, ".weight"), kcat(s, pre, bn, ".bias") };
+	for (int i = 0; i < 4; i++)
+		wsrc_prefetch(s->w, k[i]);
+	o->var = key_f32(s, k[0], &n1);
+	o->mu = key_f32(s, k[1], &n2);
+	o->g = key_f32(s, k[2], &n3);
+	o->b = key_f32(s, k[3], &n4);
 	if (!o->var || !o->mu || n1 != n2 || (o->g && n3 != n1) || (o->b && n4 != n1))
 		return -1;
 	o->n = n1;

@@ -121,6 +121,11 @@ const WTensor *wsrc_get(const WSrc *w, const char *name)
 	return map_get(&w->byname, name);
 }
 
+void wsrc_prefetch(const WSrc *w, const char *name)
+{
+	map_prefetch(&w->byname, name);
+}
+
 int wsrc_add(WSrc *w, const WTensor *t, Err *e)
 {
 	WTensor **slot = (WTensor **)map_ref(&w->byname, t->name);

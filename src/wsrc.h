@@ -57,6 +57,8 @@ void wsrc_close(WSrc *w);
  * one layer of resident memory. Data pointers stay valid. */
 void wsrc_drop(WSrc *w);
 const WTensor *wsrc_get(const WSrc *w, const char *name);
+/* Starts loading name's entry into the cache: for lookups made together. */
+void wsrc_prefetch(const WSrc *w, const char *name);
 /* The keys starting with prefix: indices lo..hi-1 of wsrc_sorted, the
  * keys in byte order (sorted once, on first use). */
 void wsrc_range(WSrc *w, const char *prefix, size_t *lo, size_t *hi);
