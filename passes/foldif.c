@@ -73,6 +73,9 @@ static int match_guard(const Graph *g, const Node *n, Guard *gd)
 static int match(Ctx *c, Node *n, void *st)
 {
 	Guard *gd = st;
+	/* Asked of every node: the op first, before an index lookup. */
+	if (!g_is(n, "If"))
+		return 0;
 	Val *out = n->n_output ? g_output(c, n, 0) : NULL;
 	return out && (out->nuse || out->isout) && match_guard(c->g, n, gd) && g_ty_dim(c->g, gd->t, gd->d) == 1;
 }
