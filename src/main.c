@@ -461,7 +461,10 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, int on
 	if (!g->passthrough) {
 		Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose,
 			   .weights = g->weights, .layout = !spec && (g->weights || g->emit), .progress = &pg,
-			   .dispatch = g->sparse ? DISPATCH_SPARSE : DISPATCH_DENSE };
+			   .dispatch = g->sparse ? DISPATCH_SPARSE : DISPATCH_DENSE,
+			   /* A repair is saved with model_save_as below (or the
+			    * run fails and model_close waits for the check). */
+			   .check_async = mode == RUN_REPAIR };
 		if (pipeline_run(&md, spec, &o, &r, e) < 0) {
 			/* Pass errors name a layer or node, not the file. */
 			errwrap(e, "%s", in);

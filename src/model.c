@@ -572,8 +572,18 @@ void model_drop(Model *md)
 	}
 }
 
+/* md->verify's verdict, asked once. */
+static int verified(Model *md, Err *e)
+{
+	int (*f)(void *, Err *) = md->verify;
+	md->verify = NULL;
+	return f ? f(md->verify_ud, e) : 0;
+}
+
 void model_close(Model *md)
 {
+	Err ignored;
+	verified(md, &ignored); /* a save failed before asking: the check's thread ends here */
 	if (md->lbase)
 		munmap(md->lbase, md->llen);
 	md->lbase = NULL;
@@ -981,11 +991,22 @@ static int clashes(const Model *md, const char *out, int flags, Err *e)
 	return 0;
 }
 
+/* save_planned, whose failure gives way to a failed check's: the check
+ * would have stopped the run first had it not run alongside. */
+static int save_gated(Model *md, const Plan *p, const char *out, int flags, Err *e)
+{
+	Err ce;
+	int rc = save_planned(md, p, out, flags, e);
+	if (rc && verified(md, &ce))
+		*e = ce;
+	return rc;
+}
+
 int model_save(Model *md, const char *out, int flags, Err *e)
 {
 	Plan p;
 	plan(md, &p);
-	return save_planned(md, &p, out, flags, e);
+	return save_gated(md, &p, out, flags, e);
 }
 
 static int save_planned(Model *md, const Plan *p, const char *out, int flags, Err *e)
@@ -995,6 +1016,9 @@ static int save_planned(Model *md, const Plan *p, const char *out, int flags, Er
 		return errf(e, "%s: the model packs to %zu bytes, which exceeds the 2 GiB protobuf limit; use --external-data FILE",
 		            out, n);
 	if (clashes(md, out, flags, e) || (strcmp(out, "-") && md->ext.len && ext_portable(md, out, 1, e) < 0))
+		return -1;
+	/* A pipe keeps what it is given: the verdict first. */
+	if (!strcmp(out, "-") && verified(md, e))
 		return -1;
 	if (place_later(md, e))
 		return -1;
@@ -1018,6 +1042,10 @@ static int save_planned(Model *md, const Plan *p, const char *out, int flags, Er
 	if (!f.err && f.written != n) {
 		afile_abort(&f);
 		return errf(e, "%s: packed %llu bytes, expected %zu; nothing written", out, f.written, n);
+	}
+	if (verified(md, e)) {
+		afile_abort(&f);
+		return -1;
 	}
 	return afile_commit(&f, e);
 }
@@ -1130,11 +1158,14 @@ int model_save_as(Model *md, const char *out, const char *data, int flags, Err *
 		Plan p;
 		plan(md, &p);
 		if (p.total <= INT32_MAX)
-			return save_planned(md, &p, out, flags, e);
+			return save_gated(md, &p, out, flags, e);
 		if (!strcmp(out, "-"))
 			return errf(e, "-: the model packs past the 2 GiB protobuf limit, so its weights need an external data file, which standard output cannot have; write to a file");
 		data = arena_printf(md->a, "%s.data", base_name(out));
 	}
+	/* The move to the data file changes the tensors the check reads. */
+	if (verified(md, e))
+		return -1;
 	const char *path = data_path(md, out, data, e);
 	if (!path)
 		return -1;

@@ -29,6 +29,13 @@ typedef struct {
 	void (*done)(void *ud);
 	void (*drop)(void *ud);
 	void *done_ud;
+	/* A check of the model running while it is written (pipeline_run's
+	 * final check, Opts.check_async): called once, before the output is
+	 * committed or a byte goes to a pipe, and before the tensors are moved
+	 * to an external data file; nonzero (e set) fails the save, which
+	 * then leaves nothing behind. model_close calls it if no save did. */
+	int (*verify)(void *ud, Err *e);
+	void *verify_ud;
 	unsigned char *lbase; /* their placeholders' reserved range (model.c) */
 	size_t llen;
 	struct Later **placed; /* by placeholder address */

@@ -177,6 +177,57 @@ static int count_convs(const Graph *g)
 	return n;
 }
 
+/* The final check on a thread of its own, with the index moved to it:
+ * it reads the graph the save only reads (the save's placeholders for
+ * new weights set a pointer the checker never looks at), and writes only
+ * the index. The save asks for the verdict before committing. */
+typedef struct {
+	Ctx c;
+	pthread_t th;
+	int rc;
+	Err e;
+	const char *in;
+} Verify;
+
+static void *verify_run(void *u)
+{
+	Verify *v = u;
+	v->rc = g_check(&v->c, &v->e);
+	return NULL;
+}
+
+static int verify_join(void *u, Err *e)
+{
+	Verify *v = u;
+	pthread_join(v->th, NULL);
+	g_fini(&v->c);
+	if (!v->rc)
+		return 0;
+	*e = v->e;
+	/* As a pass error reads when the check runs before the save. */
+	return errwrap(e, "%s", v->in);
+}
+
+/* Starts the check of c's model, which it takes over (c is left empty):
+ * 1, or 0 when no thread could be made (c untouched). */
+static int verify_start(Model *md, Ctx *c)
+{
+	Verify *v = arena_alloc(md->a, sizeof *v);
+	v->c = *c;
+	v->in = md->path;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old); /* signals stay with the caller */
+	int ok = pthread_create(&v->th, NULL, verify_run, v) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!ok)
+		return 0;
+	memset(c, 0, sizeof *c);
+	md->verify = verify_join;
+	md->verify_ud = v;
+	return 1;
+}
+
 /* Dead nodes out, then a stable topological sort; each step needs the
  * index of the graph as the previous step left it, and the passes after
  * it the shapes and types of the graph as it now is. */
@@ -405,10 +456,16 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 				goto out;
 		}
 	}
-	if (r->changed) {
+	int check = r->changed && !o->no_check;
+	if (r->changed)
 		r->convs_after = count_convs(c.g);
-		if (!o->no_check && g_check(&c, e))
+	/* The inference the check reads ran in tidy (it may read external
+	 * data through the model, which the save uses): the thread only
+	 * reads the model. */
+	if (check && !(o->check_async && c.inferred)) {
+		if (g_check(&c, e))
 			goto out;
+		check = 0;
 	}
 	ret = 0;
 	if (c.nlater) {
@@ -420,6 +477,8 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		md->done_ud = op;
 		op = NULL;
 	}
+	if (check && !verify_start(md, &c) && g_check(&c, e))
+		ret = -1;
 out:
 	prefetch_end(&pf);
 	arena_prefill(0);

@@ -20,6 +20,11 @@ typedef struct {
 	const char *weights; /* --weights: the checkpoint for every layer (replaces experts.yaml's) */
 	int layout;          /* no spec: infer one (with `weights`, or from names alone) */
 	Progress *progress;  /* or NULL */
+	/* The check of the repaired model runs on a second thread while the
+	 * caller writes it: md->verify gives the verdict, which model_save_as
+	 * asks for before committing (model_close waits for it otherwise).
+	 * Only for a caller that saves with model_save_as or model_save. */
+	int check_async;
 } Opts;
 
 /* spec NULL and no o->layout: diagnosis only (find MoE routers, report

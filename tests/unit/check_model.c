@@ -453,6 +453,79 @@ START_TEST(json_parses_back)
 }
 END_TEST
 
+/* md->verify, a check running while the model is written: asked once,
+ * before the commit, and a failure leaves nothing behind and is the error
+ * the save reports, whatever else failed. */
+static int verdicts;
+
+static int check_fails(void *ud, Err *e)
+{
+	(void)ud;
+	verdicts++;
+	return errf(e, "in.onnx: node 'x' reads 'y', which nothing defines");
+}
+
+static int check_passes(void *ud, Err *e)
+{
+	(void)ud;
+	(void)e;
+	verdicts++;
+	return 0;
+}
+
+static int files_in(const char *path)
+{
+	DIR *d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	int n = 0;
+	for (struct dirent *x; (x = readdir(d));)
+		n += x->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+START_TEST(verify_gates_the_commit)
+{
+	Arena *a = arena_new();
+	mkmodel(a, at(a, "in.onnx"), NULL, NULL, NULL);
+	Model md;
+	Err e;
+	struct stat st;
+	ck_assert_int_eq(model_load(&md, at(a, "in.onnx"), a, &e), 0);
+	verdicts = 0;
+	md.verify = check_fails;
+	ck_assert_int_eq(model_save(&md, at(a, "out.onnx"), 0, &e), -1);
+	ck_assert_str_eq(e.msg, "in.onnx: node 'x' reads 'y', which nothing defines");
+	ck_assert_int_eq(stat(at(a, "out.onnx"), &st), -1);
+	ck_assert_int_eq(files_in(dir), 1);
+	ck_assert_int_eq(verdicts, 1);
+	/* Asked once: the next save has no check to wait for. */
+	ck_assert_int_eq(model_save(&md, at(a, "out.onnx"), 0, &e), 0);
+	ck_assert_int_eq(verdicts, 1);
+	/* A save failing for its own reason gives way to the check. */
+	md.verify = check_fails;
+	ck_assert_int_eq(model_save(&md, at(a, "in.onnx"), 0, &e), -1);
+	ck_assert_str_eq(e.msg, "in.onnx: node 'x' reads 'y', which nothing defines");
+	/* Before the data file: nothing of it either. */
+	md.verify = check_fails;
+	ck_assert_int_eq(model_save_as(&md, at(a, "out2.onnx"), "out2.data", 0, &e), -1);
+	ck_assert_str_eq(e.msg, "in.onnx: node 'x' reads 'y', which nothing defines");
+	ck_assert_int_eq(files_in(dir), 2);
+	md.verify = check_passes;
+	ck_assert_int_eq(model_save_as(&md, at(a, "out2.onnx"), "out2.data", 0, &e), 0);
+	ck_assert_int_eq(files_in(dir), 4);
+	/* No save asked: model_close waits for the check. */
+	md.verify = check_passes;
+	model_close(&md);
+	ck_assert_int_eq(verdicts, 5);
+	unlink(at(a, "in.onnx"));
+	unlink(at(a, "out.onnx"));
+	unlink(at(a, "out2.onnx"));
+	unlink(at(a, "out2.data"));
+	arena_free(a);
+}
+END_TEST
+
 int main(void)
 {
 	if (!mkdtemp(dir))
@@ -461,6 +534,7 @@ int main(void)
 	TCase *tc = tcase_create("model");
 	tcase_add_test(tc, nul_in_a_name);
 	tcase_add_test(tc, roundtrip_keeps_unknown_fields);
+	tcase_add_test(tc, verify_gates_the_commit);
 	tcase_add_test(tc, tensor_data_embedded_and_external);
 	tcase_add_test(tc, refuses_over_2gib);
 	tcase_add_loop_test(tc, later_filled_at_save, 0, 4);
