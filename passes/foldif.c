@@ -73,9 +73,6 @@ static int match_guard(const Graph *g, const Node *n, Guard *gd)
 static int match(Ctx *c, Node *n, void *st)
 {
 	Guard *gd = st;
-	/* Asked of every node: the op first, before an index lookup. */
-	if (!g_is(n, "If"))
-		return 0;
 	Val *out = n->n_output ? g_output(c, n, 0) : NULL;
 	return out && (out->nuse || out->isout) && match_guard(c->g, n, gd) && g_ty_dim(c->g, gd->t, gd->d) == 1;
 }
@@ -109,7 +106,7 @@ static int rewrite(Ctx *c, Node *n, void *st, Err *e)
 
 int fold_shape_ifs(Ctx *c, int dry, Err *e)
 {
-	static const Pattern p = { "shape-guard If", match, rewrite, sizeof(Guard) };
+	static const Pattern p = { "shape-guard If", "If", match, rewrite, sizeof(Guard) };
 	/* g_rewrite keeps the inference current from round to round: a fold
 	 * can make the shape behind another guard known. */
 	if (!c->inferred && g_infer(c, e))

@@ -875,6 +875,8 @@ int g_rewrite(Ctx *c, const Pattern *p, size_t np, int dry, Err *e)
 			for (size_t k = 0; k < np; k++) {
 				if (p[k].stsize > sizeof st)
 					return errf(e, "pattern %s: state too large", p[k].name);
+				if (p[k].op && !g_is(nd, p[k].op))
+					continue;
 				memset(st, 0, p[k].stsize);
 				if (!p[k].match(c, nd, st))
 					continue;

@@ -243,6 +243,9 @@ void g_move_node(Ctx *c, Node *n, Graph *to);
  * removes). The index is rebuilt between rounds. */
 typedef struct {
 	const char *name;
+	/* The op a match starts from (g_is), or NULL: every node. A round
+	 * offers every node to every pattern, so the test comes first. */
+	const char *op;
 	int (*match)(Ctx *c, Node *n, void *st);
 	int (*rewrite)(Ctx *c, Node *n, void *st, Err *e);
 	size_t stsize;
