@@ -47,6 +47,18 @@ static void *prefetch_run(void *p)
 	return NULL;
 }
 
+/* A helper thread, with every signal blocked: they stay with the main
+ * thread, whose handlers clean up a half-written output. 1: started. */
+static int spawn(pthread_t *th, void *(*run)(void *), void *arg)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int ok = pthread_create(th, NULL, run, arg) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return ok;
+}
+
 static void prefetch_start(Prefetch *f, const char *path, const char *key)
 {
 	memset(f, 0, sizeof *f);
@@ -54,12 +66,7 @@ static void prefetch_start(Prefetch *f, const char *path, const char *key)
 		return;
 	f->path = path;
 	f->key = key;
-	/* Signals stay with the main thread. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	f->running = pthread_create(&f->th, NULL, prefetch_run, f) == 0;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	f->running = spawn(&f->th, prefetch_run, f);
 	if (!f->running) {
 		arena_free(f->a);
 		f->a = NULL;
@@ -215,12 +222,7 @@ static int verify_start(Model *md, Ctx *c)
 	Verify *v = arena_alloc(md->a, sizeof *v);
 	v->c = *c;
 	v->in = md->path;
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old); /* signals stay with the caller */
-	int ok = pthread_create(&v->th, NULL, verify_run, v) == 0;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!ok)
+	if (!spawn(&v->th, verify_run, v))
 		return 0;
 	memset(c, 0, sizeof *c);
 	md->verify = verify_join;
