@@ -15,9 +15,19 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "filemap.h"
 #include "moe.h"
 
 static const double EPS[] = { 1e-5, 1e-3, 1e-4, 1e-6, 1e-2, 1e-1 };
+
+/* Tensors in a file mapping (filemap.h) of PAGE bytes or more are read
+ * through the file. A pread costs about an eighth of a trapped first
+ * touch; tensors much smaller than a page share it with neighbours, whose
+ * reads a first touch then serves too (400 layers of experts of a few
+ * hundred bytes took a third longer with a pread each). Up to SMALL bytes (a
+ * convolution's bias or statistics, not its weight, which samples read a
+ * few pages of) they are copied whole when first asked for (key_f32). */
+enum { PAGE = 1024, SMALL = 64 << 10 };
 
 static int is_float(int dtype)
 {
@@ -81,6 +91,12 @@ static const float *tensor_f32(Ctx *c, const Tensor *t, int64_t *n)
 	WTensor w = { .name = t->name, .dtype = t->data_type, .data = p, .nbytes = nb, .ndim = 1, .dims = dims };
 	if (nb != (size_t)*n * wt_dtype_size(t->data_type))
 		return NULL;
+	/* A small tensor in external data: see key_f32. */
+	if (as_f32(p, t->data_type) && nb >= PAGE && nb <= SMALL && filemap_has(p, nb)) {
+		float *f = arena_alloc_raw(c->tmp, nb + 1);
+		if (filemap_read(f, p, nb))
+			return f;
+	}
 	if (as_f32(p, t->data_type))
 		return p;
 	float *f = arena_alloc_raw(c->tmp, (size_t)*n * sizeof *f + 1);
@@ -101,6 +117,8 @@ typedef struct {
 	const float *sa, *sb;
 	int64_t sn;
 	float *smp;
+	float *blk; /* view's two buffers, nblk floats each */
+	size_t nblk;
 	char kb[4][512]; /* see kbuf */
 	int nkb;
 	/* get_bn's last answer: its own, or one the caller shares between
@@ -163,7 +181,7 @@ static pid_t self(void)
  * A hint: failure just leaves the faults to happen. */
 static void prefault(const void *p, size_t n)
 {
-	if (n < (256 << 10))
+	if (n < (256 << 10) || filemap_has(p, n)) /* read through the file: see view */
 		return;
 	uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, b = (uintptr_t)p + n;
 	madvise((void *)a, b - a, MADV_POPULATE_READ);
@@ -196,7 +214,10 @@ static double tolerance(const Src *s, int dtype)
 		       dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? 1e-3 : 1e-5;
 }
 
-/* Not prefaulted: a sample reads 256 values of it. */
+/* Not prefaulted: a sample reads 256 values of it. Small tensors of a
+ * registered mapping (BatchNorm statistics, biases) are read whole, by
+ * whatever touches them first: copied through the file, a pread each
+ * instead of a trapped first touch of each of their pages. */
 static const float *key_f32(Src *s, const char *key, int64_t *n)
 {
 	const WTensor *t = wsrc_get(s->w, key);
@@ -204,11 +225,19 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 		return NULL;
 	*n = wt_numel(t);
 	const float *d = as_f32(t->data, t->dtype);
-	if (d && *n >= 0 && t->nbytes == (size_t)*n * sizeof *d)
+	int small = t->nbytes >= PAGE && t->nbytes <= SMALL && filemap_has(t->data, t->nbytes);
+	if (d && *n >= 0 && t->nbytes == (size_t)*n * sizeof *d && !small)
 		return d;
 	float *f = map_get(&s->cache, key);
 	if (f)
 		return f;
+	if (d && *n >= 0 && t->nbytes == (size_t)*n * sizeof *d) {
+		f = arena_alloc_raw(s->ta, t->nbytes + 1);
+		if (!filemap_read(f, d, t->nbytes))
+			return d;
+		map_put(&s->cache, t->name, f);
+		return f;
+	}
 	if (*n < 0 || !is_float(t->dtype))
 		return NULL;
 	if (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 || t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
@@ -287,12 +316,49 @@ int moe_diff_max(const float *a, float sc, const float *b, int64_t n, float *d, 
 	return bad != 0;
 }
 
+/* Of arrays in memory (samples, rebuilds). */
 static double reldiff(const float *a, const float *b, int64_t n)
 {
 	float d = 0, m = 0;
 	if (moe_diff_max(a, 1.0f, b, n, &d, &m))
 		return INFINITY;
 	return d / (m > 1e-12f ? (double)m : 1e-12);
+}
+
+/* Two buffers of at least n floats for view. */
+static float *blocks(Src *s, int64_t n)
+{
+	if ((size_t)n > s->nblk) {
+		s->nblk = (size_t)n;
+		s->blk = arena_alloc_raw(s->ta, 2 * s->nblk * sizeof *s->blk);
+	}
+	return s->blk;
+}
+
+/* Floats [i, i + k) of p (a tensor of n), for reading: through the file
+ * into buf when p is in a registered mapping and PAGE bytes or more (filemap.h: a megabyte so read took a
+ * quarter of the time the mapping's first touches did), else in place.
+ * Whole tensors are compared BLOCK floats at a time, so each block is
+ * still in cache when compared. */
+enum { BLOCK = 16 << 10 };
+
+static const float *view(const float *p, int64_t i, int64_t k, int64_t n, float *buf)
+{
+	return (size_t)n * sizeof *p >= PAGE && filemap_read(buf, p + i, (size_t)k * sizeof *p) ? buf : p + i;
+}
+
+/* reldiff of whole tensors, either of them in a mapping. */
+static double reldiff_whole(Src *s, const float *a, const float *b, int64_t n)
+{
+	if ((size_t)n * sizeof *a < PAGE)
+		return reldiff(a, b, n);
+	float d = 0, m = 0, *ba = blocks(s, BLOCK), *bb = ba + s->nblk;
+	int bad = 0;
+	for (int64_t i = 0; i < n; i += BLOCK) {
+		int64_t k = n - i < BLOCK ? n - i : BLOCK;
+		bad |= moe_diff_max(view(a, i, k, n, ba), 1.0f, view(b, i, k, n, bb), k, &d, &m);
+	}
+	return bad ? INFINITY : d / (m > 1e-12f ? (double)m : 1e-12);
 }
 
 /* BatchNorm statistics of module `pre bn` ("model.0.experts.1." "conv.1"). */
@@ -343,8 +409,9 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
  *   float tensor of *n elements. A tensor built at save time is so
  *   checked at repair time without reading its weights.
  * - At save time (s->copyin) and with a place into (want floats), it goes
- *   there by a copy the kernel makes (process_vm_readv, from our own
- *   mapping of the checkpoint), not through loads from the mapping: under
+ *   there by a copy the kernel makes (a pread of the checkpoint's file,
+ *   see filemap.h; else process_vm_readv, from our own mapping of it),
+ *   not through loads from the mapping: under
  *   a paravirtualised MMU the first touch of each mapped page from user
  *   space traps to the host, and a gigabyte read so took twice as long.
  * - Anything else (not an f32 key of want elements, a kernel or sandbox
@@ -358,6 +425,10 @@ static const float *key_read(Src *s, const char *key, int64_t *n, int dry, float
 	size_t nb = (size_t)want * sizeof *into;
 	if (!t || t->dtype != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || t->nbytes != nb || wt_numel(t) != want)
 		return key_whole(s, key, n);
+	if (filemap_read(into, t->data, nb)) {
+		*n = want;
+		return into;
+	}
 	for (size_t done = 0; done < nb;) {
 		struct iovec to = { (char *)into + done, nb - done }, from = { (char *)t->data + done, nb - done };
 		ssize_t k = process_vm_readv(self(), &to, 1, &from, 1, 0);
@@ -483,32 +554,29 @@ static int64_t sample_at(int64_t n, int64_t m)
 	return n <= SAMPLES ? m : m / RUN * (n - RUN) / (RUNS - 1) + m % RUN;
 }
 
+/* k floats at src, of a tensor of n, into dst: through the file when src
+ * is in a registered mapping (filemap.h: 2 us a run against a trapped
+ * first touch of its page) and the tensor is PAGE bytes or more, else
+ * loaded. */
+static void fetch(float *dst, const float *src, int64_t k, int64_t n)
+{
+	if ((size_t)n * sizeof *src < PAGE || !filemap_read(dst, src, (size_t)k * sizeof *src))
+		memcpy(dst, src, (size_t)k * sizeof *src);
+}
+
 /* The samples of a and b (n elements each) into x and y (nsamples(n)
- * each). A tensor of several runs goes through the kernel
- * (process_vm_readv, one call for every run of both sides): a page it
- * reads for us costs a sixth of a first touch from user space under a
- * paravirtualised MMU (measured: 3 against 19 us). A tensor of one run
- * (at most 1 KiB) is loaded: the call costs more than the loads, and
- * tensors that small share their pages, so a first touch serves their
- * neighbours too (400 layers of tiny experts: 5600 calls, the layers
- * 113 -> 97 ms; the 1 GB and external-data runs unchanged). Loaded too
- * where the call is refused. */
+ * each): RUNS runs of RUN a side, or all of a small tensor. */
 static void gather(const float *a, const float *b, int64_t n, float *x, float *y)
 {
-	int64_t ns = nsamples(n);
-	if (n > SAMPLES) {
-		struct iovec to[2] = { { x, (size_t)ns * sizeof *x }, { y, (size_t)ns * sizeof *y } }, from[2 * RUNS];
-		for (int k = 0; k < RUNS; k++) {
-			int64_t i = sample_at(n, (int64_t)k * RUN);
-			from[k] = (struct iovec){ (void *)(a + i), RUN * sizeof *a };
-			from[RUNS + k] = (struct iovec){ (void *)(b + i), RUN * sizeof *b };
-		}
-		if (process_vm_readv(self(), to, 2, from, 2 * RUNS, 0) == (ssize_t)(2 * ns * sizeof *x))
-			return;
+	if (n <= SAMPLES) {
+		fetch(x, a, n, n);
+		fetch(y, b, n, n);
+		return;
 	}
-	for (int64_t m = 0; m < ns; m++) {
-		x[m] = a[sample_at(n, m)];
-		y[m] = b[sample_at(n, m)];
+	for (int k = 0; k < RUNS; k++) {
+		int64_t i = sample_at(n, (int64_t)k * RUN);
+		fetch(x + k * RUN, a + i, RUN, n);
+		fetch(y + k * RUN, b + i, RUN, n);
 	}
 }
 
@@ -518,7 +586,7 @@ static int sample_diff(Src *s, const Recipe *r, const char *pre, int64_t n, cons
 		const float *x = rebuild(s, r, pre, n, scratch(s, n), e);
 		if (!x)
 			return -1;
-		*d = reldiff(x, f, n);
+		*d = reldiff_whole(s, x, f, n);
 		return 0;
 	}
 	int64_t kn = 0;
@@ -595,7 +663,7 @@ static int full_diff(Src *s, const Recipe *r, int k, const char *pre, int64_t n,
 			const float *x = rebuild(s, &r[j], pre, n, scratch(s, n), e);
 			if (!x)
 				return -1;
-			d[j] = reldiff(x, f, n);
+			d[j] = reldiff_whole(s, x, f, n);
 		}
 		return 0;
 	}
@@ -607,14 +675,20 @@ static int full_diff(Src *s, const Recipe *r, int k, const char *pre, int64_t n,
 	const float *w = key_whole(s, key, &kn);
 	if (!w || kn != n || bn.n <= 0 || n % bn.n)
 		return errf(e, "no Conv weight '%s' of %lld elements in %s", key, (long long)n, s->w->path);
-	int64_t per = n / bn.n;
-	float dm[MAXEPS] = { 0 }, m = 0;
+	/* Whole channels a block. */
+	int64_t per = n / bn.n, cb = per >= BLOCK ? 1 : BLOCK / per;
+	float dm[MAXEPS] = { 0 }, m = 0, *bw = blocks(s, cb * per), *bf = bw + s->nblk;
 	int nan[MAXEPS] = { 0 };
-	for (int64_t o = 0; o < bn.n; o++)
-		for (int j = 0; j < k; j++) {
-			float sc = (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r[j].eps));
-			nan[j] |= moe_diff_max(w + o * per, sc, f + o * per, per, &dm[j], j ? NULL : &m);
-		}
+	for (int64_t o0 = 0; o0 < bn.n; o0 += cb) {
+		int64_t kc = bn.n - o0 < cb ? bn.n - o0 : cb;
+		const float *wv = view(w, o0 * per, kc * per, n, bw), *fv = view(f, o0 * per, kc * per, n, bf);
+		for (int64_t o = o0; o < o0 + kc; o++)
+			for (int j = 0; j < k; j++) {
+				float sc = (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r[j].eps));
+				nan[j] |= moe_diff_max(wv + (o - o0) * per, sc, fv + (o - o0) * per, per, &dm[j],
+						       j ? NULL : &m);
+			}
+	}
 	for (int j = 0; j < k; j++)
 		d[j] = nan[j] ? INFINITY : dm[j] / (m > 1e-12f ? (double)m : 1e-12);
 	return 0;
@@ -662,7 +736,7 @@ static Cands candidates(Src *s, const Tensor *t, const float *f, int64_t n, cons
 		const float *kf = key_f32(s, k->name, &kn);
 		if (!kf || !sample_close(kf, f, n, tol))
 			continue;
-		double d = reldiff(kf, f, n);
+		double d = reldiff_whole(s, kf, f, n);
 		if (d <= tol)
 			cand_add(s, &cs, &(Recipe){ .tname = t->name, .kind = strcmp(k->name, t->name) ? R_VALUE : R_NAME,
 						    .rest = k->name + lp }, d);
@@ -676,7 +750,7 @@ static Cands candidates(Src *s, const Tensor *t, const float *f, int64_t n, cons
 		Recipe r = { .tname = t->name, .kind = R_TRANS, .rest = k->name + lp };
 		Err e;
 		const float *x = rebuild(s, &r, pre, n, scratch(s, n), &e);
-		double d = x ? reldiff(x, f, n) : INFINITY;
+		double d = x ? reldiff_whole(s, x, f, n) : INFINITY;
 		if (d <= tol)
 			cand_add(s, &cs, &r, d);
 	}

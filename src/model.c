@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "afile.h"
+#include "filemap.h"
 #include "graph.h"
 
 /* Deep enough for any real ONNX nesting (each If/Loop level costs three
@@ -592,8 +593,10 @@ void model_close(Model *md)
 	md->done = NULL;
 	for (size_t i = 0; i < md->ext.cap; i++) {
 		ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
-		if (x && x->mapped && x->len)
+		if (x && x->mapped && x->len) {
+			filemap_remove(x->base);
 			munmap((void *)x->base, x->len);
+		}
 		if (x)
 			x->mapped = 0;
 	}
@@ -642,6 +645,7 @@ int model_tensor_data(Model *md, const Onnx__TensorProto *t, const void **p, siz
 				return errf(e, "%s: tensor '%s': cannot map external data '%s': %s", md->path, name, x->loc, strerror(err));
 			}
 			x->base = b;
+			filemap_add(b, x->len, fd);
 		}
 		close(fd);
 		x->mapped = 1;

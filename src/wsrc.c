@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "filemap.h"
+
 static int ends_with(const char *s, const char *suf)
 {
 	size_t n = strlen(s), m = strlen(suf);
@@ -59,8 +61,10 @@ void wsrc_close(WSrc *w)
 {
 	if (!w)
 		return;
-	for (size_t i = 0; i < w->nmaps; i++)
+	for (size_t i = 0; i < w->nmaps; i++) {
+		filemap_remove(w->maps[i].base);
 		munmap(w->maps[i].base, w->maps[i].len);
+	}
 	w->nmaps = 0;
 }
 
@@ -167,6 +171,8 @@ int wsrc_mmap(WSrc *w, const char *path, const void **base, size_t *len, Err *e)
 	}
 	void *p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
 	int err = errno;
+	if (p != MAP_FAILED)
+		filemap_add(p, *len, fd);
 	close(fd);
 	if (p == MAP_FAILED)
 		return errf(e, "%s: cannot map: %s", path, strerror(err));

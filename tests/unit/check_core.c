@@ -1,11 +1,16 @@
 #include <check.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "arena.h"
 #include "err.h"
+#include "filemap.h"
 #include "map.h"
 #include "testutil.h"
 
@@ -283,6 +288,78 @@ START_TEST(err_escapes_hostile_names)
 }
 END_TEST
 
+/* A temporary file of n bytes, byte i = (i * mul) & 0xff. */
+static int pattern_file(size_t n, unsigned mul)
+{
+	char path[] = "/tmp/check_core_XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	unlink(path);
+	unsigned char *b = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		b[i] = (unsigned char)(i * mul);
+	ck_assert_int_eq(write(fd, b, n), (ssize_t)n);
+	free(b);
+	return fd;
+}
+
+/* A registered mapping is read through the descriptor given, at the
+ * pointer's offset, only inside its bounds, and not once removed. The
+ * mapping here shows one file and is registered with another, so which
+ * bytes come back says where they were read. */
+START_TEST(filemap_reads_through_the_file)
+{
+	enum { N = 3 * 4096 + 100 };
+	int shown = pattern_file(N, 1), file = pattern_file(N, 7);
+	const unsigned char *p = mmap(NULL, N, PROT_READ, MAP_PRIVATE, shown, 0);
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	unsigned char buf[N], local[16] = { 0 };
+	ck_assert_int_eq(filemap_read(buf, p, 16), 0);
+	filemap_add(p, N, file);
+	close(file); /* the registry holds its own descriptor */
+	ck_assert(filemap_has(p + 10, 100));
+	ck_assert_int_eq(filemap_read(buf, p + 5000, 3000), 1);
+	for (size_t i = 0; i < 3000; i++)
+		ck_assert_uint_eq(buf[i], (unsigned char)((5000 + i) * 7));
+	ck_assert_int_eq(filemap_read(buf, p, N), 1);
+	ck_assert_uint_eq(buf[N - 1], (unsigned char)((N - 1) * 7));
+	/* Past the end, outside, or a pointer the registry never saw. */
+	ck_assert_int_eq(filemap_read(buf, p + N - 10, 20), 0);
+	ck_assert(!filemap_has(p + N, 1));
+	ck_assert_int_eq(filemap_read(buf, local, sizeof local), 0);
+	filemap_remove(p);
+	ck_assert(!filemap_has(p, 1));
+	ck_assert_int_eq(filemap_read(buf, p, 16), 0);
+	munmap((void *)p, N);
+	close(shown);
+}
+END_TEST
+
+/* The table is bounded: past it, mappings are not registered (read in
+ * place by their users) and hold no descriptor; removing frees places. */
+START_TEST(filemap_is_bounded)
+{
+	int fd = pattern_file(64, 1);
+	enum { MANY = 200 };
+	static char fake[MANY][64];
+	for (int i = 0; i < MANY; i++)
+		filemap_add(fake[i], sizeof fake[i], fd);
+	int held = 0;
+	for (int i = 0; i < MANY; i++)
+		held += filemap_has(fake[i], 1);
+	ck_assert_int_gt(held, 0);
+	ck_assert_int_lt(held, MANY);
+	for (int i = 0; i < MANY; i++)
+		filemap_remove(fake[i]);
+	for (int i = 0; i < MANY; i++)
+		ck_assert(!filemap_has(fake[i], 1));
+	filemap_add(fake[MANY - 1], sizeof fake[0], fd);
+	ck_assert(filemap_has(fake[MANY - 1], 1));
+	filemap_remove(fake[MANY - 1]);
+	close(fd);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("core");
@@ -301,6 +378,8 @@ int main(void)
 #endif
 	tcase_add_test(tc, err_one_line);
 	tcase_add_test(tc, err_escapes_hostile_names);
+	tcase_add_test(tc, filemap_reads_through_the_file);
+	tcase_add_test(tc, filemap_is_bounded);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -1,0 +1,89 @@
+#include "filemap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <unistd.h>
+
+/* A model has a few external data files, a repair a few checkpoints; a
+ * model of one file per tensor fills the table and the rest are read in
+ * place (and no more descriptors are held open). */
+enum { MAXMAP = 64 };
+
+typedef struct {
+	const char *base;
+	size_t len;
+	int fd;
+} Entry;
+
+static Entry tab[MAXMAP];
+static size_t ntab;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+void filemap_add(const void *base, size_t len, int fd)
+{
+	if (!base || !len)
+		return;
+	pthread_mutex_lock(&lock);
+	if (ntab < MAXMAP) {
+		int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		if (d >= 0)
+			tab[ntab++] = (Entry){ base, len, d };
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+void filemap_remove(const void *base)
+{
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < ntab; i++)
+		if (tab[i].base == base) {
+			close(tab[i].fd);
+			tab[i] = tab[--ntab];
+			break;
+		}
+	pthread_mutex_unlock(&lock);
+}
+
+/* The descriptor and offset of [src, src + n), or -1. */
+static int find(const void *src, size_t n, off_t *off)
+{
+	uintptr_t p = (uintptr_t)src;
+	int fd = -1;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < ntab && fd < 0; i++) {
+		uintptr_t b = (uintptr_t)tab[i].base;
+		if (p >= b && p - b <= tab[i].len && n <= tab[i].len - (p - b)) {
+			fd = tab[i].fd;
+			*off = (off_t)(p - b);
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return fd;
+}
+
+int filemap_has(const void *src, size_t n)
+{
+	off_t off;
+	return find(src, n, &off) >= 0;
+}
+
+int filemap_read(void *dst, const void *src, size_t n)
+{
+	off_t off;
+	int fd = find(src, n, &off);
+	if (fd < 0)
+		return 0;
+	/* The descriptor stays open while we read: a mapping is removed only
+	 * by its owner, after its last reader. */
+	for (size_t done = 0; done < n;) {
+		ssize_t k = pread(fd, (char *)dst + done, n - done, off + (off_t)done);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return 0;
+		done += (size_t)k;
+	}
+	return 1;
+}
