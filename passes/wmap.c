@@ -29,6 +29,16 @@ static const double EPS[] = { 1e-5, 1e-3, 1e-4, 1e-6, 1e-2, 1e-1 };
  * few pages of) they are copied whole when first asked for (key_f32). */
 enum { PAGE = 1024, SMALL = 64 << 10 };
 
+/* A copy in a of the nb bytes at p, read through the file, when p is a
+ * mapped tensor to copy whole (see PAGE); else NULL: read it in place. */
+static float *small_copy(Arena *a, const void *p, size_t nb)
+{
+	if (nb < PAGE || nb > SMALL || !filemap_has(p, nb))
+		return NULL;
+	float *f = arena_alloc_raw(a, nb + 1);
+	return filemap_read(f, p, nb) ? f : NULL;
+}
+
 static int is_float(int dtype)
 {
 	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
@@ -91,14 +101,10 @@ static const float *tensor_f32(Ctx *c, const Tensor *t, int64_t *n)
 	WTensor w = { .name = t->name, .dtype = t->data_type, .data = p, .nbytes = nb, .ndim = 1, .dims = dims };
 	if (nb != (size_t)*n * wt_dtype_size(t->data_type))
 		return NULL;
-	/* A small tensor in external data: see key_f32. */
-	if (as_f32(p, t->data_type) && nb >= PAGE && nb <= SMALL && filemap_has(p, nb)) {
-		float *f = arena_alloc_raw(c->tmp, nb + 1);
-		if (filemap_read(f, p, nb))
-			return f;
+	if (as_f32(p, t->data_type)) {
+		float *f = small_copy(c->tmp, p, nb); /* a bias in external data */
+		return f ? f : p;
 	}
-	if (as_f32(p, t->data_type))
-		return p;
 	float *f = arena_alloc_raw(c->tmp, (size_t)*n * sizeof *f + 1);
 	return wt_to_f32(&w, f, &e) ? NULL : f;
 }
@@ -225,15 +231,14 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 		return NULL;
 	*n = wt_numel(t);
 	const float *d = as_f32(t->data, t->dtype);
-	int small = t->nbytes >= PAGE && t->nbytes <= SMALL && filemap_has(t->data, t->nbytes);
-	if (d && *n >= 0 && t->nbytes == (size_t)*n * sizeof *d && !small)
+	int inplace = d && *n >= 0 && t->nbytes == (size_t)*n * sizeof *d;
+	if (inplace && (t->nbytes < PAGE || t->nbytes > SMALL))
 		return d;
 	float *f = map_get(&s->cache, key);
 	if (f)
 		return f;
-	if (d && *n >= 0 && t->nbytes == (size_t)*n * sizeof *d) {
-		f = arena_alloc_raw(s->ta, t->nbytes + 1);
-		if (!filemap_read(f, d, t->nbytes))
+	if (inplace) {
+		if (!(f = small_copy(s->ta, d, t->nbytes)))
 			return d;
 		map_put(&s->cache, t->name, f);
 		return f;
@@ -336,10 +341,10 @@ static float *blocks(Src *s, int64_t n)
 }
 
 /* Floats [i, i + k) of p (a tensor of n), for reading: through the file
- * into buf when p is in a registered mapping and PAGE bytes or more (filemap.h: a megabyte so read took a
- * quarter of the time the mapping's first touches did), else in place.
- * Whole tensors are compared BLOCK floats at a time, so each block is
- * still in cache when compared. */
+ * into buf when p is in a registered mapping and PAGE bytes or more (a
+ * megabyte so read took a quarter of the time the mapping's first touches
+ * did), else in place. Whole tensors are compared BLOCK floats at a time,
+ * each block still in cache when compared. */
 enum { BLOCK = 16 << 10 };
 
 static const float *view(const float *p, int64_t i, int64_t k, int64_t n, float *buf)
