@@ -680,9 +680,13 @@ static int full_diff(Src *s, const Recipe *r, int k, const char *pre, int64_t n,
 	const float *w = key_whole(s, key, &kn);
 	if (!w || kn != n || bn.n <= 0 || n % bn.n)
 		return errf(e, "no Conv weight '%s' of %lld elements in %s", key, (long long)n, s->w->path);
-	/* Whole channels a block. */
+	/* Whole channels a block; buffers only for what view may read into. */
 	int64_t per = n / bn.n, cb = per >= BLOCK ? 1 : BLOCK / per;
-	float dm[MAXEPS] = { 0 }, m = 0, *bw = blocks(s, cb * per), *bf = bw + s->nblk;
+	float dm[MAXEPS] = { 0 }, m = 0, *bw = NULL, *bf = NULL;
+	if ((size_t)n * sizeof *f >= PAGE) {
+		bw = blocks(s, cb * per);
+		bf = bw + s->nblk;
+	}
 	int nan[MAXEPS] = { 0 };
 	for (int64_t o0 = 0; o0 < bn.n; o0 += cb) {
 		int64_t kc = bn.n - o0 < cb ? bn.n - o0 : cb;
