@@ -167,17 +167,6 @@ static const char *kcat(Src *s, const char *a, const char *b, const char *c)
 	return k;
 }
 
-/* The process's id for process_vm_readv, asked of the kernel once: a
- * sample's gather is a system call already. */
-static pid_t self(void)
-{
-	static pid_t pid;
-	pid_t p = __atomic_load_n(&pid, __ATOMIC_RELAXED);
-	if (!p)
-		__atomic_store_n(&pid, p = getpid(), __ATOMIC_RELAXED);
-	return p;
-}
-
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
@@ -436,7 +425,7 @@ static const float *key_read(Src *s, const char *key, int64_t *n, int dry, float
 	}
 	for (size_t done = 0; done < nb;) {
 		struct iovec to = { (char *)into + done, nb - done }, from = { (char *)t->data + done, nb - done };
-		ssize_t k = process_vm_readv(self(), &to, 1, &from, 1, 0);
+		ssize_t k = process_vm_readv(getpid(), &to, 1, &from, 1, 0);
 		if (k <= 0) {
 			s->copyin = 0;
 			return key_whole(s, key, n);
