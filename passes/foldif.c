@@ -107,6 +107,10 @@ static int rewrite(Ctx *c, Node *n, void *st, Err *e)
 int fold_shape_ifs(Ctx *c, int dry, Err *e)
 {
 	static const Pattern p = { "shape-guard If", "If", match, rewrite, sizeof(Guard) };
+	/* An If has bodies: without any, there is nothing to fold and no
+	 * shape to infer. */
+	if (!c->g->nsub)
+		return 0;
 	/* g_rewrite keeps the inference current from round to round: a fold
 	 * can make the shape behind another guard known. */
 	if (!c->inferred && g_infer(c, e))
