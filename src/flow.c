@@ -5,48 +5,61 @@
 typedef struct {
 	const char *name;
 	Graph *g;
+	Val *v; /* name's value in g when known, else NULL: looked up */
 } Item;
+
+/* Marks name reached: 1 when it was not yet. One probe, not a get and a put. */
+static int reach(Map *reached, const char *name)
+{
+	void **r = map_ref(reached, name);
+	if (*r)
+		return 0;
+	*r = (void *)1;
+	return 1;
+}
 
 size_t flow_forward(Ctx *c, Graph *g, const char *const *seed, size_t nseed, FlowStep step, void *ud,
 		    Map *reached)
 {
 	Item *q = NULL;
 	size_t nq = 0, cap = 0, head = 0, n = 0;
-#define PUSH(nm, gr)                                                                         \
+#define PUSH(nm, gr, vl)                                                                     \
 	do {                                                                                 \
 		if (nq == cap) {                                                             \
 			size_t nc = cap ? cap * 2 : 32;                                      \
 			q = arena_grow(c->tmp, q, cap * sizeof *q, nc * sizeof *q);           \
 			cap = nc;                                                            \
 		}                                                                            \
-		q[nq++] = (Item){ (nm), (gr) };                                              \
+		q[nq++] = (Item){ (nm), (gr), (vl) };                                        \
 	} while (0)
 	for (size_t i = 0; i < nseed; i++)
-		if (*seed[i] && !map_get(reached, seed[i])) {
-			map_put(reached, seed[i], (void *)1);
-			PUSH(seed[i], g);
+		if (*seed[i] && reach(reached, seed[i])) {
+			PUSH(seed[i], g, NULL);
 			n++;
 		}
 	while (head < nq) {
 		Item it = q[head++];
-		Val *v = g_val(it.g, it.name);
+		Val *v = it.v ? it.v : g_val(it.g, it.name);
 		if (!v)
 			continue;
 		for (size_t u = 0; u < v->nuse; u++) {
 			Node *m = v->use[u].n;
 			Graph *mg = v->use[u].g;
+			NodeInfo *mk = v->use[u].k;
+			/* Inputs the index resolved are the value's own string. */
 			int slot = -1;
 			for (size_t j = 0; j < m->n_input; j++)
-				if (strcmp(m->input[j], it.name) == 0) {
+				if (m->input[j] == it.name || strcmp(m->input[j], it.name) == 0) {
 					slot = (int)j;
 					break;
 				}
 			unsigned out = step(ud, c, m, slot, it.name);
 			for (size_t j = 0; j < m->n_output && j < 32; j++) {
-				if (!(out >> j & 1) || !*m->output[j] || map_get(reached, m->output[j]))
+				if (!(out >> j & 1) || !*m->output[j] || !reach(reached, m->output[j]))
 					continue;
-				map_put(reached, m->output[j], (void *)1);
-				PUSH(m->output[j], mg);
+				/* The consumer's own output, as the index keeps it. */
+				Val *ov = mk && mk->g == mg && j < mk->nout ? mk->out[j] : NULL;
+				PUSH(m->output[j], mg, ov && ov->def == m && ov->g == mg ? ov : NULL);
 				n++;
 			}
 		}

@@ -129,10 +129,13 @@ Val *g_input(const Ctx *c, const Node *n, size_t j)
 Val *g_output(const Ctx *c, const Node *n, size_t j)
 {
 	NodeInfo *k = info(c, n);
-	if (!k || j >= n->n_output || !*n->output[j])
+	if (!k || j >= n->n_output)
 		return NULL;
+	/* The memo first, as in in_val: it is only made for a name. */
 	if (j < k->nout && k->out[j])
 		return k->out[j];
+	if (!*n->output[j])
+		return NULL;
 	Val *v = map_get(&k->g->val, n->output[j]);
 	if (j < k->nout)
 		k->out[j] = v;
