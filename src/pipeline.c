@@ -1,6 +1,7 @@
 /* The pipeline in one place: index, shapes -> detect -> bind -> per-layer
  * densify -> tidy -> shape-guard folding -> tidy -> check. Every rebuild or
- * refresh of the index (and the shape inference on it) is written out here:
+ * refresh of the index is written out here (the shape inference too, but
+ * where a pass or the check infers an index not yet inferred):
  * detection results hold no index objects, and the passes that take a Layer
  * check it was detected on the current index. */
 #include "pipeline.h"
@@ -194,9 +195,10 @@ static int count_convs(const Graph *g)
 }
 
 /* The final check on a thread of its own, with the index moved to it:
- * it reads the graph the save only reads (the save's placeholders for
- * new weights set a pointer the checker never looks at), and writes only
- * the index. The save asks for the verdict before committing. */
+ * it infers the shapes it reads there (g_check infers an index not yet
+ * inferred), reads the graph the save only reads (the save's placeholders
+ * for new weights set a pointer the checker never looks at), and writes
+ * only the index. The save asks for the verdict before committing. */
 typedef struct {
 	Ctx c;
 	pthread_t th;
