@@ -361,6 +361,40 @@ typedef struct {
 	int64_t n;
 } BN;
 
+/* A BatchNorm's statistics lie side by side in a checkpoint (a module's
+ * tensors are saved together). Kept in a file, they are read in one call,
+ * not one each: of wide experts, they are most of a repair's reads. A
+ * hint: anything else (a missing key, another type, far apart, already
+ * read) and key_f32 reads each as before. */
+static void read_together(Src *s, const char *const k[4])
+{
+	const char *lo = NULL, *hi = NULL;
+	const WTensor *t[4];
+	size_t sum = 0;
+	for (int i = 0; i < 4; i++) {
+		t[i] = wsrc_get(s->w, k[i]);
+		if (!t[i] && i >= 2) /* weight and bias: not with affine=False */
+			continue;
+		if (!t[i] || !as_f32(t[i]->data, t[i]->dtype) || t[i]->nbytes < PAGE || t[i]->nbytes > SMALL ||
+		    wt_numel(t[i]) < 0 || t[i]->nbytes != (size_t)wt_numel(t[i]) * sizeof(float) ||
+		    map_get(&s->cache, t[i]->name))
+			return;
+		const char *p = t[i]->data;
+		lo = !lo || p < lo ? p : lo;
+		hi = !hi || p + t[i]->nbytes > hi ? p + t[i]->nbytes : hi;
+		sum += t[i]->nbytes;
+	}
+	size_t span = (size_t)(hi - lo);
+	if (span > 2 * sum || !filemap_has(lo, span))
+		return;
+	char *f = arena_alloc_raw(s->ta, span + 1);
+	if (!filemap_read(f, lo, span))
+		return;
+	for (int i = 0; i < 4; i++)
+		if (t[i])
+			map_put(&s->cache, t[i]->name, f + ((const char *)t[i]->data - lo));
+}
+
 static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 {
 	/* A Conv's weight and bias fold the same statistics one after the
@@ -378,6 +412,7 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 			     kcat(s, pre, bn, ".weight"), kcat(s, pre, bn, ".bias") };
 	for (int i = 0; i < 4; i++)
 		wsrc_prefetch(s->w, k[i]);
+	read_together(s, k);
 	o->var = key_f32(s, k[0], &n1);
 	o->mu = key_f32(s, k[1], &n2);
 	o->g = key_f32(s, k[2], &n3);

@@ -53,6 +53,15 @@ $CMP "$M/out.onnx" "$M" --max 1e-4 >"$T/ort" 2>&1 && ok "ONNX Runtime runs it, m
 	fail "ONNX Runtime: $(cat "$T/ort")"
 $CMP "$M/broken.onnx" "$M" --min 1e-2 >/dev/null 2>&1 || fail "the generated broken model should be wrong"
 
+# Wide experts (256 hidden channels): a BatchNorm's statistics are read
+# from the checkpoint in one call when they lie side by side (1 KiB or
+# more each); the folds built from them match NumPy's.
+W=$T/wide
+"$PY" "$top_srcdir/bench/gen.py" "$W" --layers 2 --channels 16 --hidden 16 --experts 4 --top-k 2 \
+	--missing 2 --ref 2 >/dev/null || fail "gen.py --hidden 16"
+expect 0 "repair of wide experts" -- "$BIN" -q "$W/broken.onnx" --experts "$W/experts.yaml" -o "$W/out.onnx"
+$CMP "$W/out.onnx" "$W" --max 1e-4 >"$T/ort" 2>&1 || fail "wide experts in ONNX Runtime: $(cat "$T/ort")"
+
 # Default: small output, inline new weights, still referencing the input's data.
 expect 0 "repair without --external-data" -- \
 	"$BIN" "$M/broken.onnx" --experts "$M/experts.yaml" -o "$M/inl.onnx"
