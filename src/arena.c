@@ -1,7 +1,6 @@
 #include "arena.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +9,8 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+#include "spawn.h"
 
 /* Under AddressSanitizer what arena_reset empties stays poisoned until it
  * is handed out again: a pointer kept past its arena's reset (into
@@ -206,11 +207,7 @@ void arena_prefill(int on)
 	if (on && !pf.on) {
 		pf.stop = 0;
 		pf.want = 1;
-		sigset_t all, old;
-		sigfillset(&all);
-		pthread_sigmask(SIG_BLOCK, &all, &old); /* signals stay with the caller */
-		__atomic_store_n(&pf.on, pthread_create(&pf.th, NULL, prefill_run, NULL) == 0, __ATOMIC_RELEASE);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		__atomic_store_n(&pf.on, spawn(&pf.th, prefill_run, NULL), __ATOMIC_RELEASE);
 	} else if (!on && pf.on) {
 		pthread_mutex_lock(&pf.mu);
 		pf.stop = 1;

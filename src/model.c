@@ -15,6 +15,7 @@
 #include "afile.h"
 #include "filemap.h"
 #include "graph.h"
+#include "spawn.h"
 
 /* Deep enough for any real ONNX nesting (each If/Loop level costs three
  * message levels); bounded so a crafted file cannot exhaust the stack in
@@ -660,6 +661,19 @@ int model_tensor_data(Model *md, const Onnx__TensorProto *t, const void **p, siz
 
 /* --- save ----------------------------------------------------------------- */
 
+/* A buffer later tensors are filled into: reused (it stays in cache, and
+ * no fresh page is zeroed per tensor), with scratch emptied after each. */
+typedef struct {
+	Arena *a, *tmp;
+	unsigned char *buf;
+	size_t cap;
+	size_t k; /* the md->placed index it holds, NONE when none */
+	int rc;   /* its fill's result, e its error */
+	Err e;
+} Fill;
+
+enum { NONE = (size_t)-1 };
+
 typedef struct {
 	ProtobufCBuffer base;
 	const Model *md;
@@ -667,11 +681,18 @@ typedef struct {
 	Progress *pg;
 	const char *what;
 	unsigned long long total;
-	/* Filling later tensors: one buffer, reused (it stays in cache, and
-	 * no fresh page is zeroed per tensor), and scratch emptied after each. */
-	Arena *a, *tmp;
-	unsigned char *buf;
-	size_t cap, filled; /* filled: bytes since the last md->drop */
+	/* The fill of a tensor (a checkpoint read and a fold) took as long as
+	 * its write: while the main thread writes one, a helper on the other
+	 * core fills the next in placement order, the order the save asks for
+	 * them. job: the index the helper fills into fill[jf], NONE when idle;
+	 * only the helper touches that Fill meanwhile. */
+	Fill fill[2];
+	pthread_t th;
+	int tried, ahead, stop, jf;
+	size_t job;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	size_t filled; /* bytes since the last md->drop */
 	Err *e;
 	int failed;
 } Sink;
@@ -710,23 +731,100 @@ static int place_later(Model *md, Err *e)
 	return 0;
 }
 
-static const Later *placed_at(const Model *md, const uint8_t *p)
+/* The md->placed index of the tensor placed at p: 1, else 0. */
+static int placed_at(const Model *md, const uint8_t *p, size_t *k)
 {
 	size_t lo = 0, hi = md->nplaced;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 		const uint8_t *q = md->placed[mid]->t->raw_data.data;
-		if (q == p)
-			return md->placed[mid];
+		if (q == p) {
+			*k = mid;
+			return 1;
+		}
 		if (q < p)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return NULL;
+	return 0;
 }
 
 enum { FILL_DROP = 8 << 20 };
+
+/* Fills md->placed[k] into f. */
+static void fill_one(const Model *md, Fill *f, size_t k)
+{
+	const Later *l = md->placed[k];
+	size_t n = l->t->raw_data.len;
+	f->k = k;
+	if (n > f->cap) {
+		/* The smaller buffer goes (a block of its own past 512 KiB). */
+		arena_release(f->a, f->buf, f->cap);
+		f->cap = 0;
+		if (!(f->buf = arena_try(f->a, n, &f->e))) {
+			f->rc = errwrap(&f->e, "%s: writing tensor '%s'", md->path, l->t->name);
+			return;
+		}
+		f->cap = n;
+	}
+	f->rc = l->fill(l, f->buf, f->tmp, &f->e);
+	if (!f->rc)
+		f->rc = arena_check(f->tmp, &f->e);
+	arena_reset(f->tmp);
+}
+
+static void *ahead_run(void *u)
+{
+	Sink *s = u;
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (s->job == NONE && !s->stop)
+			pthread_cond_wait(&s->cv, &s->mu);
+		if (s->job == NONE)
+			break;
+		Fill *f = &s->fill[s->jf];
+		size_t k = s->job;
+		pthread_mutex_unlock(&s->mu);
+		fill_one(s->md, f, k);
+		pthread_mutex_lock(&s->mu);
+		s->job = NONE;
+		pthread_cond_broadcast(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/* The helper, at the first placeholder: a save with none (the model
+ * after its data file took the new weights) starts no thread. */
+static void ahead_start(Sink *s)
+{
+	s->tried = 1;
+	if (s->md->nplaced < 2)
+		return;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	if (!(s->ahead = spawn(&s->th, ahead_run, s))) {
+		pthread_cond_destroy(&s->cv);
+		pthread_mutex_destroy(&s->mu);
+	}
+}
+
+/* md->placed[k], filled: by the helper if it was filling it, else now. */
+static Fill *filled(Sink *s, size_t k)
+{
+	if (s->ahead) {
+		pthread_mutex_lock(&s->mu);
+		while (s->job != NONE)
+			pthread_cond_wait(&s->cv, &s->mu);
+		pthread_mutex_unlock(&s->mu);
+	}
+	for (int i = 0; i < 2; i++)
+		if (s->fill[i].k == k)
+			return &s->fill[i];
+	fill_one(s->md, &s->fill[0], k);
+	return &s->fill[0];
+}
 
 /* n bytes at p to the file; a placeholder is filled first. */
 static void put(Sink *s, const uint8_t *p, size_t n)
@@ -735,30 +833,30 @@ static void put(Sink *s, const uint8_t *p, size_t n)
 	if (n && md->lbase && p >= md->lbase && p < md->lbase + md->llen) {
 		if (s->failed)
 			return;
-		const Later *l = placed_at(md, p);
-		if (!l || l->t->raw_data.len != n) {
+		size_t k;
+		if (!placed_at(md, p, &k) || md->placed[k]->t->raw_data.len != n) {
 			s->failed = errf(s->e, "%s: internal error: new weights without their tensor; please report this model",
 					 md->path);
 			return;
 		}
-		if (n > s->cap) {
-			/* The smaller buffer goes (a block of its own past 512 KiB). */
-			arena_release(s->a, s->buf, s->cap);
-			if (!(s->buf = arena_try(s->a, n, s->e))) {
-				s->failed = errwrap(s->e, "%s: writing tensor '%s'", md->path, l->t->name);
-				return;
-			}
-			s->cap = n;
+		if (!s->tried)
+			ahead_start(s);
+		Fill *f = filled(s, k), *o = &s->fill[f == s->fill];
+		o->k = NONE;
+		if (s->ahead && k + 1 < md->nplaced) {
+			pthread_mutex_lock(&s->mu);
+			s->jf = (int)(o - s->fill);
+			s->job = k + 1;
+			pthread_cond_signal(&s->cv);
+			pthread_mutex_unlock(&s->mu);
 		}
-		int rc = l->fill(l, s->buf, s->tmp, s->e);
-		if (!rc)
-			rc = arena_check(s->tmp, s->e);
-		arena_reset(s->tmp);
-		if (rc) {
+		f->k = NONE;
+		if (f->rc) {
+			*s->e = f->e;
 			s->failed = -1;
 			return;
 		}
-		p = s->buf;
+		p = f->buf;
 		if (md->drop && (s->filled += n) >= FILL_DROP) {
 			md->drop(md->done_ud);
 			s->filled = 0;
@@ -778,20 +876,37 @@ static void sink_append(ProtobufCBuffer *b, size_t n, const uint8_t *p)
 /* A sink for f; sink_end frees what it made. */
 static int sink_start(Sink *s, const Model *md, AFile *f, Err *e)
 {
-	*s = (Sink){ .base.append = sink_append, .md = md, .f = f, .pg = md->progress, .e = e };
+	*s = (Sink){ .base.append = sink_append, .md = md, .f = f, .pg = md->progress, .e = e, .job = NONE };
 	if (!md->nplaced)
 		return 0;
-	if (!(s->a = arena_new()) || !(s->tmp = arena_new())) {
-		arena_free(s->a);
-		return errf(e, "%s: out of memory", md->path);
+	for (int i = 0; i < 2; i++) {
+		s->fill[i].k = NONE;
+		if (!(s->fill[i].a = arena_new()) || !(s->fill[i].tmp = arena_new())) {
+			for (int j = 0; j <= i; j++) {
+				arena_free(s->fill[j].a);
+				arena_free(s->fill[j].tmp);
+			}
+			return errf(e, "%s: out of memory", md->path);
+		}
 	}
 	return 0;
 }
 
 static void sink_end(Sink *s)
 {
-	arena_free(s->a);
-	arena_free(s->tmp);
+	if (s->ahead) {
+		pthread_mutex_lock(&s->mu);
+		s->stop = 1;
+		pthread_cond_signal(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->th, NULL);
+		pthread_cond_destroy(&s->cv);
+		pthread_mutex_destroy(&s->mu);
+	}
+	for (int i = 0; i < 2; i++) {
+		arena_free(s->fill[i].a);
+		arena_free(s->fill[i].tmp);
+	}
 }
 
 static int same_file(const struct stat *a, const struct stat *b)

@@ -7,12 +7,12 @@
 #include "pipeline.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <string.h>
 
 #include "graph.h"
 #include "infer.h"
 #include "moe.h"
+#include "spawn.h"
 
 /* Weight sources are opened on first need and shared by layers naming the
  * same file. Each has an arena of its own: a checkpoint's index (14 MiB
@@ -46,18 +46,6 @@ static void *prefetch_run(void *p)
 	if (f->w)
 		wsrc_sort(f->w);
 	return NULL;
-}
-
-/* A helper thread, with every signal blocked: they stay with the main
- * thread, whose handlers clean up a half-written output. 1: started. */
-static int spawn(pthread_t *th, void *(*run)(void *), void *arg)
-{
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	int ok = pthread_create(th, NULL, run, arg) == 0;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return ok;
 }
 
 static void prefetch_start(Prefetch *f, const char *path, const char *key)
