@@ -167,10 +167,6 @@ static const char *kcat(Src *s, const char *a, const char *b, const char *c)
 	return k;
 }
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-
 /* Maps a large checkpoint tensor's pages in one call (where the kernel
  * can, 5.14+): faulting a gigabyte in 4 KiB steps shows in the profile.
  * A hint: failure just leaves the faults to happen. */

@@ -13,6 +13,14 @@
 #ifndef FILEMAP_H
 #define FILEMAP_H
 #include <stddef.h>
+#include <sys/mman.h>
+
+/* madvise's "map these pages now", in one call instead of a trap per
+ * page (Linux 5.14+; older kernels refuse it and the pages fault in on
+ * first use). Older C libraries lack the name. */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 
 /* [base, base + len) maps fd's bytes from offset 0; fd is duplicated, the
  * caller closes its own. */

@@ -63,7 +63,7 @@ static void escape(char *out, size_t cap, const uint8_t *s, size_t n)
 	out[k] = 0;
 }
 
-static int varint(Scan *s, const uint8_t **p, const uint8_t *end, uint64_t *v)
+static int varint_long(Scan *s, const uint8_t **p, const uint8_t *end, uint64_t *v)
 {
 	uint64_t r = 0;
 	const uint8_t *q = *p;
@@ -83,6 +83,17 @@ static int varint(Scan *s, const uint8_t **p, const uint8_t *end, uint64_t *v)
 	s->at = (size_t)(*p - s->p0);
 	snprintf(s->why, sizeof s->why, "varint longer than 10 bytes");
 	return -1;
+}
+
+/* Most varints (tags, the lengths of names) are one byte: inline, the scan
+ * of a model's millions of fields took half the time. */
+static inline int varint(Scan *s, const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+	if (*p < end && !(**p & 0x80)) {
+		*v = *(*p)++;
+		return 0;
+	}
+	return varint_long(s, p, end, v);
 }
 
 static int wire_of(ProtobufCType t)
@@ -542,7 +553,11 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 	close(fd);
 	if (p == MAP_FAILED)
 		return errf(e, "%s: cannot map: %s", path, strerror(merr));
+	/* unpack reads every byte, the wire check every field: mapped in
+	 * one call, not by a trapped first touch of each page (see
+	 * filemap.h). 87 MB of graph: load 0.088-0.123 -> 0.079-0.082 s. */
 	madvise((void *)p, n, MADV_SEQUENTIAL);
+	madvise((void *)p, n, MADV_POPULATE_READ);
 	if (model_wire_check(p, n, e) < 0) {
 		munmap((void *)p, n);
 		return errwrap(e, "%s", path);
