@@ -359,7 +359,7 @@ typedef struct {
 
 /* A BatchNorm's statistics lie side by side in a checkpoint (a module's
  * tensors are saved together). Kept in a file, they are read in one call,
- * not one each: of wide experts, they are most of a repair's reads. A
+ * not one each: of wide experts, they were a quarter of a repair's reads. A
  * hint: anything else (a missing key, another type, far apart, already
  * read) and key_f32 reads each as before. */
 static void read_together(Src *s, const char *const k[4])
