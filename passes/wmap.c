@@ -209,20 +209,33 @@ static double tolerance(const Src *s, int dtype)
  * registered mapping (BatchNorm statistics, biases) are read whole, by
  * whatever touches them first: copied through the file, a pread each
  * instead of a trapped first touch of each of their pages. */
+/* An f32 checkpoint tensor read in place: its floats, else NULL. */
+static const float *in_place(const WTensor *t)
+{
+	const float *d = as_f32(t->data, t->dtype);
+	int64_t n = wt_numel(t);
+	return d && n >= 0 && t->nbytes == (size_t)n * sizeof *d ? d : NULL;
+}
+
+/* Whether key_f32 copies t whole (through the file, when mapped). */
+static int copied_whole(const WTensor *t)
+{
+	return in_place(t) && t->nbytes >= PAGE && t->nbytes <= SMALL;
+}
+
 static const float *key_f32(Src *s, const char *key, int64_t *n)
 {
 	const WTensor *t = wsrc_get(s->w, key);
 	if (!t)
 		return NULL;
 	*n = wt_numel(t);
-	const float *d = as_f32(t->data, t->dtype);
-	int inplace = d && *n >= 0 && t->nbytes == (size_t)*n * sizeof *d;
-	if (inplace && (t->nbytes < PAGE || t->nbytes > SMALL))
+	const float *d = in_place(t);
+	if (d && !copied_whole(t))
 		return d;
 	float *f = map_get(&s->cache, key);
 	if (f)
 		return f;
-	if (inplace) {
+	if (d) {
 		if (!(f = small_copy(s->ta, d, t->nbytes)))
 			return d;
 		map_put(&s->cache, t->name, f);
@@ -371,9 +384,7 @@ static void read_together(Src *s, const char *const k[4])
 		t[i] = wsrc_get(s->w, k[i]);
 		if (!t[i] && i >= 2) /* weight and bias: not with affine=False */
 			continue;
-		if (!t[i] || !as_f32(t[i]->data, t[i]->dtype) || t[i]->nbytes < PAGE || t[i]->nbytes > SMALL ||
-		    wt_numel(t[i]) < 0 || t[i]->nbytes != (size_t)wt_numel(t[i]) * sizeof(float) ||
-		    map_get(&s->cache, t[i]->name))
+		if (!t[i] || !copied_whole(t[i]) || map_get(&s->cache, t[i]->name))
 			return;
 		const char *p = t[i]->data;
 		lo = !lo || p < lo ? p : lo;
