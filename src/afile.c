@@ -24,8 +24,35 @@ static int write_all(int fd, const unsigned char *p, size_t n)
 	return 0;
 }
 
+/* Files open now, for afile_drop_all: opened and released on the main
+ * thread only. A file past the table is still removed on every error
+ * path but a signal's. */
+enum { NOPEN = 8 };
+static AFile *volatile open_files[NOPEN];
+
+static void track(AFile *f, AFile *was)
+{
+	for (int i = 0; i < NOPEN; i++)
+		if (open_files[i] == was) {
+			open_files[i] = f;
+			return;
+		}
+}
+
+void afile_drop_all(void)
+{
+	for (int i = 0; i < NOPEN; i++) {
+		AFile *f = open_files[i];
+		if (f && f->tmpname && f->dirfd >= 0) {
+			const char *tmp = strrchr(f->tmpname, '/');
+			unlinkat(f->dirfd, tmp ? tmp + 1 : f->tmpname, 0);
+		}
+	}
+}
+
 static void release(AFile *f)
 {
+	track(NULL, f);
 	if (f->fd >= 0 && f->fd != STDOUT_FILENO)
 		close(f->fd);
 	if (f->dirfd >= 0)
@@ -134,6 +161,7 @@ int afile_open(AFile *f, const char *path, int flags, Err *e)
 	if (keep && (st.st_uid != geteuid() || st.st_gid != getegid()))
 		(void)!fchown(f->fd, st.st_uid, st.st_gid);
 	free(dir);
+	track(f, NULL);
 	return 0;
 }
 

@@ -44,5 +44,8 @@ void afile_write(AFile *f, const void *p, size_t n);
 int afile_commit(AFile *f, Err *e);
 /* Drops everything written; the target is untouched. */
 void afile_abort(AFile *f);
+/* Removes every open file's named temporary, if any, and nothing else:
+ * for a fatal signal's handler (async-signal-safe), which then exits. */
+void afile_drop_all(void);
 
 #endif

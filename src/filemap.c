@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -15,23 +17,30 @@ typedef struct {
 	const char *base;
 	size_t len;
 	int fd;
+	char *path;
 } Entry;
 
 static Entry tab[MAXMAP];
 static size_t ntab;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
-void filemap_add(const void *base, size_t len, int fd)
+void filemap_add(const void *base, size_t len, int fd, const char *path)
 {
 	if (!base || !len)
 		return;
+	char *name = strdup(path);
+	if (!name)
+		return;
 	pthread_mutex_lock(&lock);
-	if (ntab < MAXMAP) {
-		int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-		if (d >= 0)
-			tab[ntab++] = (Entry){ base, len, d };
+	int d = ntab < MAXMAP ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+	if (d >= 0) {
+		tab[ntab] = (Entry){ base, len, d, name };
+		/* Whole before it counts, for filemap_path_at. */
+		__atomic_store_n(&ntab, ntab + 1, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&lock);
+	if (d < 0)
+		free(name);
 }
 
 void filemap_remove(const void *base)
@@ -40,6 +49,7 @@ void filemap_remove(const void *base)
 	for (size_t i = 0; i < ntab; i++)
 		if (tab[i].base == base) {
 			close(tab[i].fd);
+			free(tab[i].path);
 			tab[i] = tab[--ntab];
 			break;
 		}
@@ -86,4 +96,18 @@ int filemap_read(void *dst, const void *src, size_t n)
 		done += (size_t)k;
 	}
 	return 1;
+}
+
+const char *filemap_path_at(const void *p, size_t *off)
+{
+	uintptr_t a = (uintptr_t)p;
+	size_t n = __atomic_load_n(&ntab, __ATOMIC_ACQUIRE);
+	for (size_t i = 0; i < n && i < MAXMAP; i++) {
+		uintptr_t b = (uintptr_t)tab[i].base;
+		if (a >= b && a - b < tab[i].len) {
+			*off = (size_t)(a - b);
+			return tab[i].path;
+		}
+	}
+	return NULL;
 }

@@ -22,9 +22,9 @@
 #define MADV_POPULATE_READ 22
 #endif
 
-/* [base, base + len) maps fd's bytes from offset 0; fd is duplicated, the
- * caller closes its own. */
-void filemap_add(const void *base, size_t len, int fd);
+/* [base, base + len) maps fd's bytes (the file at path) from offset 0; fd
+ * is duplicated, the caller closes its own. */
+void filemap_add(const void *base, size_t len, int fd, const char *path);
 /* Before the mapping at base goes (munmap). */
 void filemap_remove(const void *base);
 /* Copies the n bytes at src to dst through the file when src lies in a
@@ -34,5 +34,9 @@ void filemap_remove(const void *base);
 int filemap_read(void *dst, const void *src, size_t n);
 /* Whether src lies in a registered mapping. */
 int filemap_has(const void *src, size_t n);
+/* The path of the registered mapping holding p, and p's offset in it;
+ * NULL if none. No lock and no allocation: for a SIGBUS handler, whose
+ * fault cannot have come from inside this file's locked code. */
+const char *filemap_path_at(const void *p, size_t *off);
 
 #endif

@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -16,6 +15,7 @@
 #include "afile.h"
 #include "arena.h"
 #include "err.h"
+#include "filemap.h"
 #include "model.h"
 #include "pipeline.h"
 #include "report.h"
@@ -87,6 +87,53 @@ static int die(const char *msg)
 {
 	fprintf(stderr, "onnx-moe-repair: %s\n", msg);
 	return 2;
+}
+
+/* For the SIGBUS handler: write(2) only, nothing that allocates. */
+static void say(const char *s)
+{
+	size_t n = strlen(s);
+	while (n) {
+		ssize_t k = write(STDERR_FILENO, s, n);
+		if (k <= 0)
+			return;
+		s += k;
+		n -= (size_t)k;
+	}
+}
+
+/* Inputs are read through mappings. One cut short while we read it (a
+ * checkpoint or a model rewritten during the run) raises SIGBUS at the
+ * first page past its new end, which would kill us with no word said:
+ * instead the one line and exit status of any bad input. The output in
+ * progress leaves nothing behind (afile.h); what an earlier input of the
+ * same run wrote stays, whole. Async-signal-safe calls only. */
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	if (si->si_code != BUS_ADRERR) {
+		/* Not a file cut short: the default action, on return. */
+		signal(sig, SIG_DFL);
+		return;
+	}
+	afile_drop_all();
+	size_t off = 0;
+	const char *path = filemap_path_at(si->si_addr, &off);
+	char num[24], *q = num + sizeof num;
+	*--q = 0;
+	do
+		*--q = (char)('0' + off % 10);
+	while ((off /= 10) && q > num);
+	say("onnx-moe-repair: ");
+	say(path ? path : "an input file");
+	say(": shorter than when opened");
+	if (path) {
+		say(", byte ");
+		say(q);
+		say(" is gone");
+	}
+	say(" (rewritten or truncated during the run); the run stops here; rerun once the file is complete\n");
+	_exit(2);
 }
 
 static double now(void)
@@ -589,6 +636,9 @@ int main(int argc, char **argv)
 	/* With a file-size limit, a failing write() (EFBIG) lets us remove the
 	 * temporary; the default SIGXFSZ action would kill us mid-file. */
 	signal(SIGXFSZ, SIG_IGN);
+	struct sigaction bus = { .sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO };
+	sigemptyset(&bus.sa_mask);
+	sigaction(SIGBUS, &bus, NULL);
 	Args g = { 0 };
 	Err e = { { 0 } };
 	if (parse(&g, argc, argv, &e) < 0)

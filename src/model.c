@@ -550,6 +550,8 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 	size_t n = (size_t)st.st_size;
 	const uint8_t *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
 	int merr = errno;
+	if (p != MAP_FAILED) /* named, should it shrink while read (SIGBUS) */
+		filemap_add(p, n, fd, path);
 	close(fd);
 	if (p == MAP_FAILED)
 		return errf(e, "%s: cannot map: %s", path, strerror(merr));
@@ -559,6 +561,7 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 	madvise((void *)p, n, MADV_SEQUENTIAL);
 	madvise((void *)p, n, MADV_POPULATE_READ);
 	if (model_wire_check(p, n, e) < 0) {
+		filemap_remove(p);
 		munmap((void *)p, n);
 		return errwrap(e, "%s", path);
 	}
@@ -566,6 +569,7 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 	/* protobuf-c copies bytes and strings into the arena, so the mapping
 	 * goes right after: peak memory stays about one model. */
 	md->m = onnx__model_proto__unpack(&pa, n, p);
+	filemap_remove(p);
 	munmap((void *)p, n);
 	if (!md->m && arena_check(a, e) < 0)
 		return errwrap(e, "%s", path);
@@ -661,7 +665,7 @@ int model_tensor_data(Model *md, const Onnx__TensorProto *t, const void **p, siz
 				return errf(e, "%s: tensor '%s': cannot map external data '%s': %s", md->path, name, x->loc, strerror(err));
 			}
 			x->base = b;
-			filemap_add(b, x->len, fd);
+			filemap_add(b, x->len, fd, x->path);
 		}
 		close(fd);
 		x->mapped = 1;
@@ -1320,7 +1324,7 @@ static int save_with_data(Model *md, const char *out, const char *data, const ch
 	if (place_later(md, e))
 		return -1;
 	AFile f;
-	if (afile_open(&f, path, 0666, e) < 0)
+	if (afile_open(&f, path, 0, e) < 0)
 		return -1;
 	f.nosync = !!(flags & SAVE_NO_SYNC);
 	Sink s;

@@ -172,7 +172,7 @@ int wsrc_mmap(WSrc *w, const char *path, const void **base, size_t *len, Err *e)
 	void *p = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
 	int err = errno;
 	if (p != MAP_FAILED)
-		filemap_add(p, *len, fd);
+		filemap_add(p, *len, fd, path);
 	close(fd);
 	if (p == MAP_FAILED)
 		return errf(e, "%s: cannot map: %s", path, strerror(err));

@@ -315,9 +315,16 @@ START_TEST(filemap_reads_through_the_file)
 	ck_assert_ptr_ne(p, MAP_FAILED);
 	unsigned char buf[N], local[16] = { 0 };
 	ck_assert_int_eq(filemap_read(buf, p, 16), 0);
-	filemap_add(p, N, file);
+	filemap_add(p, N, file, "the/file");
 	close(file); /* the registry holds its own descriptor */
 	ck_assert(filemap_has(p + 10, 100));
+	/* What a SIGBUS handler names: the file, and the offset of the page
+	 * that failed; nothing outside. */
+	size_t off = 0;
+	ck_assert_str_eq(filemap_path_at(p + 5000, &off), "the/file");
+	ck_assert_uint_eq(off, 5000);
+	ck_assert_ptr_null(filemap_path_at(p + N, &off));
+	ck_assert_ptr_null(filemap_path_at(local, &off));
 	ck_assert_int_eq(filemap_read(buf, p + 5000, 3000), 1);
 	for (size_t i = 0; i < 3000; i++)
 		ck_assert_uint_eq(buf[i], (unsigned char)((5000 + i) * 7));
@@ -329,6 +336,7 @@ START_TEST(filemap_reads_through_the_file)
 	ck_assert_int_eq(filemap_read(buf, local, sizeof local), 0);
 	filemap_remove(p);
 	ck_assert(!filemap_has(p, 1));
+	ck_assert_ptr_null(filemap_path_at(p, &off));
 	ck_assert_int_eq(filemap_read(buf, p, 16), 0);
 	munmap((void *)p, N);
 	close(shown);
@@ -343,7 +351,7 @@ START_TEST(filemap_is_bounded)
 	enum { MANY = 200 };
 	static char fake[MANY][64];
 	for (int i = 0; i < MANY; i++)
-		filemap_add(fake[i], sizeof fake[i], fd);
+		filemap_add(fake[i], sizeof fake[i], fd, "fake");
 	int held = 0;
 	for (int i = 0; i < MANY; i++)
 		held += filemap_has(fake[i], 1);
@@ -353,7 +361,7 @@ START_TEST(filemap_is_bounded)
 		filemap_remove(fake[i]);
 	for (int i = 0; i < MANY; i++)
 		ck_assert(!filemap_has(fake[i], 1));
-	filemap_add(fake[MANY - 1], sizeof fake[0], fd);
+	filemap_add(fake[MANY - 1], sizeof fake[0], fd, "fake");
 	ck_assert(filemap_has(fake[MANY - 1], 1));
 	filemap_remove(fake[MANY - 1]);
 	close(fd);

@@ -370,6 +370,33 @@ START_TEST(afile_abort_and_mode)
 }
 END_TEST
 
+/* What the SIGBUS handler removes (afile_drop_all): the named temporary
+ * of a file still open, not a file committed before, nor its target. */
+START_TEST(afile_drop_all_removes_temporaries)
+{
+	Arena *a = arena_new();
+	AFile f, g;
+	Err e;
+	put(at(a, "d1.txt"), "old", 3);
+	ck_assert_int_eq(afile_open(&g, at(a, "d2.txt"), AFILE_NAMED, &e), 0);
+	afile_write(&g, "g", 1);
+	ck_assert_int_eq(afile_commit(&g, &e), 0);
+	ck_assert_int_eq(afile_open(&f, at(a, "d1.txt"), AFILE_NAMED, &e), 0);
+	afile_write(&f, "new", 3);
+	ck_assert_int_eq(entries(), 3);
+	afile_drop_all();
+	ck_assert_int_eq(entries(), 2);
+	size_t n;
+	ck_assert_mem_eq(get(a, at(a, "d1.txt"), &n), "old", 3);
+	ck_assert_mem_eq(get(a, at(a, "d2.txt"), &n), "g", 1);
+	afile_abort(&f);
+	ck_assert_int_eq(entries(), 2);
+	unlink(at(a, "d1.txt"));
+	unlink(at(a, "d2.txt"));
+	arena_free(a);
+}
+END_TEST
+
 static char *json(const char *s)
 {
 	static char buf[256];
@@ -540,6 +567,7 @@ int main(void)
 	tcase_add_loop_test(tc, later_filled_at_save, 0, 4);
 	tcase_add_test(tc, later_read_early);
 	tcase_add_loop_test(tc, afile_abort_and_mode, 0, 2);
+	tcase_add_test(tc, afile_drop_all_removes_temporaries);
 	tcase_add_test(tc, json_escapes);
 	tcase_add_test(tc, report_json_shape);
 	tcase_add_test(tc, json_parses_back);
