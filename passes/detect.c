@@ -1137,13 +1137,82 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 	return collect(c, L, x, stop, low, L->spec ? L->spec->input : NULL, e);
 }
 
+/* Attributes that are values, not structure: a Constant's value and a
+ * tensor attribute are weights, which the mapping checks; a subgraph is
+ * walked as nodes of its own. */
+static int value_attr(const Onnx__AttributeProto *x)
+{
+	switch (x->type) {
+	case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT:
+	case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT:
+	case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING:
+	case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS:
+	case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS:
+	case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS:
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+static int attr_equal(const Onnx__AttributeProto *x, const Onnx__AttributeProto *y)
+{
+	if (x->type != y->type || x->f != y->f || x->i != y->i || x->s.len != y->s.len ||
+	    (x->s.len && memcmp(x->s.data, y->s.data, x->s.len)) || x->n_floats != y->n_floats ||
+	    x->n_ints != y->n_ints || x->n_strings != y->n_strings)
+		return 0;
+	if ((x->n_floats && memcmp(x->floats, y->floats, x->n_floats * sizeof *x->floats)) ||
+	    (x->n_ints && memcmp(x->ints, y->ints, x->n_ints * sizeof *x->ints)))
+		return 0;
+	for (size_t k = 0; k < x->n_strings; k++)
+		if (x->strings[k].len != y->strings[k].len ||
+		    (x->strings[k].len && memcmp(x->strings[k].data, y->strings[k].data, x->strings[k].len)))
+			return 0;
+	return 1;
+}
+
+/* The first structural attribute (kernel, dilations, pads, group, eps...)
+ * that one of nodes a and b has and the other lacks or sets otherwise. */
+static const char *attr_differs(const Node *a, const Node *b)
+{
+	if (g_is(a, "Constant"))
+		return NULL;
+	for (int pass = 0; pass < 2; pass++) {
+		const Node *p = pass ? b : a, *q = pass ? a : b;
+		for (size_t i = 0; i < p->n_attribute; i++) {
+			const Onnx__AttributeProto *x = p->attribute[i], *y = g_attr(q, x->name);
+			if (!value_attr(x) && (!y || !attr_equal(x, y)))
+				return x->name;
+		}
+	}
+	return NULL;
+}
+
+const char *moe_structure_diff(Arena *a, const Expert *x, const Expert *y)
+{
+	if (x->nnode != y->nnode)
+		return arena_printf(a, "%zu nodes where expert %d has %zu", y->nnode, x->id, x->nnode);
+	for (size_t i = 0; i < x->nnode; i++) {
+		const Node *p = x->node[i], *q = y->node[i];
+		if (strcmp(p->op_type, q->op_type) != 0 || p->n_input != q->n_input)
+			return arena_printf(a, "node '%s' is a %s of %zu inputs where expert %d's '%s' is a %s of %zu",
+					    q->name ? q->name : "", q->op_type, q->n_input, x->id, p->name ? p->name : "",
+					    p->op_type, p->n_input);
+		const char *at = attr_differs(p, q);
+		if (at)
+			return arena_printf(a, "node '%s' (%s) sets attribute '%s' otherwise than expert %d's '%s'",
+					    q->name ? q->name : "", q->op_type, at, x->id, p->name ? p->name : "");
+	}
+	return NULL;
+}
+
 int moe_same_structure(const Expert *a, const Expert *b)
 {
 	if (a->nnode != b->nnode)
 		return 0;
 	for (size_t i = 0; i < a->nnode; i++)
 		if (strcmp(a->node[i]->op_type, b->node[i]->op_type) != 0 ||
-		    a->node[i]->n_input != b->node[i]->n_input)
+		    a->node[i]->n_input != b->node[i]->n_input || attr_differs(a->node[i], b->node[i]))
 			return 0;
 	return 1;
 }
@@ -1535,8 +1604,8 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 	 * can stand for them. Said here, so diagnosis calls it unrepairable. */
 	for (size_t i = 1; i < L->nex && L->width > (int64_t)L->nex; i++)
 		if (!moe_same_structure(&L->ex[0], &L->ex[i]))
-			return errf(e, "layer %s: expert %d's subgraph differs from expert %d's (%zu vs %zu nodes) and %lld of %lld experts are missing; experts of one layer must share a structure to be rebuilt",
-				    L->scope, L->ex[i].id, L->ex[0].id, L->ex[i].nnode, L->ex[0].nnode,
+			return errf(e, "layer %s: expert %d differs from expert %d in structure (its %s) and %lld of %lld experts are missing, which neither can stand for; experts of one layer must share a structure to be rebuilt",
+				    L->scope, L->ex[i].id, L->ex[0].id, moe_structure_diff(c->tmp, &L->ex[0], &L->ex[i]),
 				    (long long)(L->width - (int64_t)L->nex), (long long)L->width);
 	/* Per-position weights must line up with the expert output's
 	 * positions: [B,k,S...] for [B,C,S...]. */

@@ -76,10 +76,14 @@ typedef struct {
  * diagnosis): a router whose dispatch cannot be expressed is a layer of
  * FORM_UNKNOWN, not an error. */
 int moe_find(Ctx *c, const Spec *s, int lenient, Layer **out, size_t *n, Err *e);
-/* Whether two experts' subgraphs have the same ops in the same order: a
- * missing expert is a clone of a present one, so a layer whose present
- * experts differ (MoT's three transformer kinds) cannot be rebuilt. */
+/* Whether two experts' subgraphs have the same ops in the same order, with
+ * the same attributes but values (a Constant's, a tensor's): a missing
+ * expert is a clone of a present one, so a layer whose present experts
+ * differ (MoT's three transformer kinds; convs dilated per expert) cannot
+ * be rebuilt. */
 int moe_same_structure(const Expert *a, const Expert *b);
+/* How expert y differs from x in structure, in words, or NULL. */
+const char *moe_structure_diff(Arena *a, const Expert *x, const Expert *y);
 
 /* Ties experts.yaml layers to detected layers (by names, then by checkpoint
  * values for what names do not settle, reading weights through src) and checks that the two agree

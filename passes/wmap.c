@@ -1221,8 +1221,8 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 	if (odd == L->nex)
 		return map_layer(c, L, tpl, w, m, 1, e);
 	if (!L->spec || (int)L->nex < L->spec->experts)
-		return errf(e, "layer %s: expert %d's subgraph differs from expert %d's (%zu vs %zu nodes); experts of one layer must share a structure",
-			    L->scope, L->ex[odd].id, tpl->id, L->ex[odd].nnode, tpl->nnode);
+		return errf(e, "layer %s: expert %d differs from expert %d in structure (its %s); experts of one layer must share a structure to be rebuilt",
+			    L->scope, L->ex[odd].id, tpl->id, moe_structure_diff(c->tmp, tpl, &L->ex[odd]));
 	/* Experts built differently, all present (MoT's transformer kinds):
 	 * nothing is cloned, so each only has to rebuild from its own keys. */
 	double maxdiff = 0;
