@@ -120,6 +120,11 @@ int wsrc_attr(const WSrc *w, const char *name, double *v)
 	return p != NULL;
 }
 
+const char *wsrc_sig(const WSrc *w, const char *prefix)
+{
+	return w->sig.a ? map_get(&w->sig, prefix) : NULL;
+}
+
 const WTensor *wsrc_get(const WSrc *w, const char *name)
 {
 	return map_get(&w->byname, name);

@@ -39,6 +39,7 @@ typedef struct {
 	size_t n;
 	Map byname;      /* name -> WTensor * */
 	Map attr;       /* "module.eps" -> double *: scalar attributes of pickled modules */
+	Map sig;        /* "module." -> const char *: a pickled module's class and shape attributes */
 	WTensor **order; /* t by name, for wsrc_range; NULL until asked */
 	WMapping *maps; /* unmapped by wsrc_close */
 	size_t nmaps;
@@ -69,6 +70,11 @@ void wsrc_sort(WSrc *w);
 /* A number a checkpoint of pickled modules records beside the tensors
  * (BatchNorm's eps: "model.3.bn.eps"). Returns 1 and fills *v when known. */
 int wsrc_attr(const WSrc *w, const char *name, double *v);
+/* What a checkpoint of pickled modules records of the module at prefix
+ * ("model.3.conv."): its class and the attributes that shape its output
+ * (kernel, stride, padding, dilation, groups...), in words; NULL when the
+ * checkpoint holds tensors only. Two experts' modules alike say the same. */
+const char *wsrc_sig(const WSrc *w, const char *prefix);
 /* The error for a key that is not there: names the file and lists the keys
  * found under `under` (the expert's path), or says none start with it.
  * Returns -1. */

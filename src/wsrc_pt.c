@@ -4,6 +4,8 @@
  * contiguous tensors are read in place and only strided views are copied. */
 #include "wsrc.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "pickle.h"
@@ -148,6 +150,85 @@ static int ismodule(const PkVal *v)
 	return v->kind == PK_OBJ && (pk_attr(v, "_parameters") || pk_attr(v, "_modules"));
 }
 
+/* Appends to b (cap bytes, *n used); past cap, counts only: the caller
+ * drops a signature that did not fit. */
+static void cat(char *b, size_t cap, size_t *n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void cat(char *b, size_t cap, size_t *n, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(*n < cap ? b + *n : NULL, *n < cap ? cap - *n : 0, fmt, ap);
+	va_end(ap);
+	*n += k > 0 ? (size_t)k : 0;
+}
+
+/* A value of a module's shape attributes in words: an int, a string, a
+ * bool, a float, None or a tuple of ints; anything else is not structure. */
+static int sig_val(const PkVal *x, char *b, size_t cap, size_t *n)
+{
+	switch (x->kind) {
+	case PK_INT:
+	case PK_BOOL:
+		cat(b, cap, n, "%lld", (long long)x->u.i);
+		return 0;
+	case PK_FLOAT:
+		cat(b, cap, n, "%.17g", x->u.f);
+		return 0;
+	case PK_STR:
+		cat(b, cap, n, "%.40s", x->u.str.s);
+		return 0;
+	case PK_NONE:
+		cat(b, cap, n, "None");
+		return 0;
+	case PK_TUPLE:
+	case PK_LIST:
+		if (x->u.seq.n > 8)
+			return -1;
+		for (size_t i = 0; i < x->u.seq.n; i++)
+			if (x->u.seq.v[i]->kind != PK_INT)
+				return -1;
+		cat(b, cap, n, "(");
+		for (size_t i = 0; i < x->u.seq.n; i++)
+			cat(b, cap, n, "%s%lld", i ? "," : "", (long long)x->u.seq.v[i]->u.i);
+		cat(b, cap, n, ")");
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+/* The module's class and the attributes torch's layers keep that change
+ * what they compute for weights of one shape: a missing expert rebuilt
+ * from a present one's graph must agree on them (a conv dilated per
+ * expert fits the template's weights and computes otherwise). Values,
+ * eps included, are read elsewhere, per expert. */
+static void record_sig(Pt *c, const char *prefix, const PkVal *v)
+{
+	static const char *const shape[] = { "kernel_size", "stride", "padding", "dilation", "groups",
+					     "padding_mode", "output_padding", "transposed", "num_groups",
+					     "negative_slope", "scale_factor", "mode", "align_corners", "dim",
+					     "approximate", "upscale_factor", "output_size" };
+	char b[512];
+	size_t n = 0;
+	cat(b, sizeof b, &n, "%.80s", v->u.obj.cls);
+	for (size_t i = 0; i < sizeof shape / sizeof *shape; i++) {
+		const PkVal *x = pk_attr(v, shape[i]);
+		size_t at = n;
+		if (!x)
+			continue;
+		cat(b, sizeof b, &n, " %s=", shape[i]);
+		if (sig_val(x, b, sizeof b, &n) < 0 && at < sizeof b) {
+			n = at;
+			b[n] = 0;
+		}
+	}
+	if (n >= sizeof b)
+		return; /* a hostile length: no signature rather than a cut one */
+	if (!c->w->sig.a)
+		map_init(&c->w->sig, c->w->a, 64);
+	map_put(&c->w->sig, prefix, arena_strdup(c->w->a, b));
+}
+
 /* state_dict order: own parameters, persistent buffers, then children. */
 static int walk(Pt *c, const char *prefix, const PkVal *v, int depth, Err *e)
 {
@@ -179,6 +260,8 @@ static int walk(Pt *c, const char *prefix, const PkVal *v, int depth, Err *e)
 		}
 	if (!ismodule(v))
 		return 0;
+	if (*prefix)
+		record_sig(c, prefix, v);
 	if (add_entries(c, prefix, pk_attr(v, "_parameters"), "_parameters", NULL, e))
 		return -1;
 	Map skip = { .a = c->w->a };

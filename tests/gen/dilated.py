@@ -1,11 +1,16 @@
 #!/usr/bin/python3
-"""Generate tests/unrepairable/dilated_experts: /usr/bin/python3 tests/gen/dilated.py OUTDIR
+"""Generate tests/unrepairable/dilated_*: /usr/bin/python3 tests/gen/dilated.py UNREPAIRABLE_DIR
 
 Experts of one layer alike but for their 3x3 convs' dilation, 1 + i // 2
-(DiversifiedExpertGroup's scheme, here inside the expert path). The
-dummy input keeps experts 0 and 2, whose dilations differ: a clone of
-either stands for a missing expert with the wrong dilation, whose weights
-still fit, so only the structure can tell."""
+(DiversifiedExpertGroup's scheme, here inside the expert path). A clone
+of a present expert stands for a missing one with the wrong dilation,
+whose weights still fit, so only the structure can tell:
+- dilated_experts: the dummy input keeps experts 0 and 2, whose
+  dilations differ in the graph; the checkpoint is a state_dict.
+- dilated_alike: the dummy keeps 0 and 1, both dilated 1 like the
+  graph's every expert; only the checkpoint, a pickled model (as a
+  trainer's best.pt), records the missing ones' dilation."""
+import copy
 import json
 import os
 import shutil
@@ -18,9 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moegen as G  # noqa: E402
 
 
-def main(out):
-	torch.set_num_threads(1)
-	seed = 3
+def make(out, name, seed, kept_want, pickled):
 	torch.manual_seed(seed)
 	m = G.MoE(8, 4, 2, "k3")
 	for i, ex in enumerate(m.experts):
@@ -31,24 +34,36 @@ def main(out):
 				conv.padding = (d, d)
 	net = G.Net([G.stem(3, 8, 1), m])
 	tmp = tempfile.mkdtemp()
-	G.save_case(tmp, "dilated_experts", net, seed=seed, c=3, hw=16, weights=("model.pt",))
-	src = os.path.join(tmp, "dilated_experts")
+	G.save_case(tmp, name, net, seed=seed, c=3, hw=16, weights=("model.pt",))
+	src = os.path.join(tmp, name)
 	meta = json.load(open(os.path.join(src, "meta.json")))
 	kept = meta["kept_by_dummy"]["model.1"]
-	if kept != [0, 2]:
-		sys.exit(f"the dummy kept experts {kept}, not 0 and 2 (torch changed?): pick another seed")
-	os.makedirs(out, exist_ok=True)
-	shutil.copy(os.path.join(src, "broken.onnx"), out)
-	shutil.copy(os.path.join(src, "model.pt"), os.path.join(out, "module.pt"))
-	with open(os.path.join(out, "experts.yaml"), "w") as f:
+	if kept != kept_want:
+		sys.exit(f"{name}: the dummy kept experts {kept}, not {kept_want} (torch changed?): pick another seed")
+	dst = os.path.join(out, name)
+	os.makedirs(dst, exist_ok=True)
+	shutil.copy(os.path.join(src, "broken.onnx"), dst)
+	if pickled:
+		torch.save({"model": copy.deepcopy(net), "ema": None}, os.path.join(dst, "module.pt"))
+	else:
+		shutil.copy(os.path.join(src, "model.pt"), os.path.join(dst, "module.pt"))
+	with open(os.path.join(dst, "experts.yaml"), "w") as f:
 		f.write("weights: module.pt\nmoe:\n  - {scope: model.1, experts: 4, top_k: 2}"
 			"  # 3x3 convs dilated 1, 1, 2, 2\n")
-	with open(os.path.join(out, "refuse.txt"), "w") as f:
-		f.write("sets attribute 'dilations' otherwise than expert\n")
+	with open(os.path.join(dst, "refuse.txt"), "w") as f:
+		f.write("dilation=(2,2)" if pickled else "sets attribute 'dilations' otherwise than expert")
+		f.write("\n")
 	meta["generator"] = "tests/gen/dilated.py"
-	with open(os.path.join(out, "meta.json"), "w") as f:
+	meta["checkpoint"] = "pickled model" if pickled else "state_dict"
+	with open(os.path.join(dst, "meta.json"), "w") as f:
 		json.dump(meta, f, indent=1, sort_keys=True)
 	shutil.rmtree(tmp)
+
+
+def main(out):
+	torch.set_num_threads(1)
+	make(out, "dilated_experts", 3, [0, 2], False)
+	make(out, "dilated_alike", 1, [0, 1], True)
 
 
 if __name__ == "__main__":
