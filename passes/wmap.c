@@ -1158,32 +1158,19 @@ static const char *shape_str(Ctx *c, const WTensor *t);
  * template, so a layer of differently built experts (DyMoE's four expert
  * kinds) cannot be rebuilt, and says so before any tensor is. */
 /* A checkpoint of pickled modules records how each module computes
- * (wsrc_sig): expert id's modules must be the template's, or its clone
- * computes otherwise with weights that fit (a conv dilated per expert).
- * Checked module by module under the template's keys. */
-static int same_modules(Src *s, const Layer *L, const Expert *tpl, const char *tp, size_t tlo, size_t thi, int id,
-			const char *p, Err *e)
+ * (wsrc_sig): expert id's modules, tensors or none (an activation), must
+ * be the template's (mods, under tp), or its clone computes otherwise
+ * with weights that fit (a conv dilated per expert). */
+static int same_modules(Src *s, const Layer *L, const Expert *tpl, const char *tp, const char **mods, size_t nmods,
+			int id, const char *p, Err *e)
 {
 	size_t ltp = strlen(tp);
-	char tm[1024], om[1024];
-	const char *last = NULL;
-	size_t lastlen = 0;
-	for (size_t i = tlo; i < thi; i++) {
-		const char *k = wsrc_sorted(s->w, i)->name, *dot = strrchr(k + ltp, '.');
-		size_t ml = dot ? (size_t)(dot + 1 - k) : ltp;
-		if (last && ml == lastlen && !memcmp(k, last, ml))
-			continue;
-		last = k;
-		lastlen = ml;
-		if (ml >= sizeof tm || strlen(p) + ml - ltp >= sizeof om)
-			continue;
-		memcpy(tm, k, ml);
-		tm[ml] = 0;
-		snprintf(om, sizeof om, "%s%s", p, tm + ltp);
-		const char *a = wsrc_sig(s->w, tm), *b = a ? wsrc_sig(s->w, om) : NULL;
-		if (a && b && strcmp(a, b))
+	for (size_t i = 0; i < nmods; i++) {
+		const char *om = kcat(s, p, mods[i] + ltp, NULL), *a = wsrc_sig(s->w, mods[i]), *b = wsrc_sig(s->w, om);
+		if (b && strcmp(a, b))
 			return errf(e, "layer %s: in %s, module '%.*s' of expert %d is '%s' where expert %d's '%.*s' is '%s': experts built differently cannot be rebuilt from one template",
-				    L->scope, s->w->path, (int)(strlen(om) - 1), om, id, b, tpl->id, (int)ml - 1, tm, a);
+				    L->scope, s->w->path, (int)strlen(om) - 1, om, id, b, tpl->id, (int)strlen(mods[i]) - 1,
+				    mods[i], a);
 	}
 	return 0;
 }
@@ -1192,8 +1179,9 @@ static int same_structure(Src *s, const Layer *L, const Expert *tpl, Err *e)
 {
 	Ctx *c = s->c;
 	const char *tp = key_prefix(c, L, tpl->id);
-	size_t tlo, thi;
+	size_t tlo, thi, nmods;
 	wsrc_range(s->w, tp, &tlo, &thi);
+	const char **mods = wsrc_sig_under(s->w, tp, s->ta, &nmods);
 	for (int id = 0; id < L->spec->experts; id++) {
 		if (id == tpl->id)
 			continue;
@@ -1209,7 +1197,7 @@ static int same_structure(Src *s, const Layer *L, const Expert *tpl, Err *e)
 			same = !strcmp(a->name + ltp, b->name + lp) && a->ndim == b->ndim &&
 			       !memcmp(a->dims, b->dims, (size_t)a->ndim * sizeof *a->dims);
 		}
-		if (same && same_modules(s, L, tpl, tp, tlo, thi, id, p, e))
+		if (same && same_modules(s, L, tpl, tp, mods, nmods, id, p, e))
 			return -1;
 		if (same)
 			continue;

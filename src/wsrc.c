@@ -125,6 +125,21 @@ const char *wsrc_sig(const WSrc *w, const char *prefix)
 	return w->sig.a ? map_get(&w->sig, prefix) : NULL;
 }
 
+const char **wsrc_sig_under(const WSrc *w, const char *prefix, Arena *a, size_t *n)
+{
+	size_t lp = strlen(prefix), k = 0;
+	*n = 0;
+	if (!w->sig.a)
+		return NULL;
+	for (size_t i = 0; i < w->sig.cap; i++)
+		k += w->sig.slot[i].key && !strncmp(w->sig.slot[i].key, prefix, lp);
+	const char **v = arena_alloc(a, (k + 1) * sizeof *v);
+	for (size_t i = 0; i < w->sig.cap; i++)
+		if (w->sig.slot[i].key && !strncmp(w->sig.slot[i].key, prefix, lp))
+			v[(*n)++] = w->sig.slot[i].key;
+	return v;
+}
+
 const WTensor *wsrc_get(const WSrc *w, const char *name)
 {
 	return map_get(&w->byname, name);

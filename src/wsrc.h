@@ -75,6 +75,9 @@ int wsrc_attr(const WSrc *w, const char *name, double *v);
  * (kernel, stride, padding, dilation, groups...), in words; NULL when the
  * checkpoint holds tensors only. Two experts' modules alike say the same. */
 const char *wsrc_sig(const WSrc *w, const char *prefix);
+/* The modules wsrc_sig knows under prefix (their paths, prefix included),
+ * tensors or none: *n of them, in no particular order. */
+const char **wsrc_sig_under(const WSrc *w, const char *prefix, Arena *a, size_t *n);
 /* The error for a key that is not there: names the file and lists the keys
  * found under `under` (the expert's path), or says none start with it.
  * Returns -1. */

@@ -9,7 +9,10 @@ whose weights still fit, so only the structure can tell:
   dilations differ in the graph; the checkpoint is a state_dict.
 - dilated_alike: the dummy keeps 0 and 1, both dilated 1 like the
   graph's every expert; only the checkpoint, a pickled model (as a
-  trainer's best.pt), records the missing ones' dilation."""
+  trainer's best.pt), records the missing ones' dilation.
+- gelu_alike: no dilation, but experts 2 and 3 use GELU where 0 and 1
+  (kept) use SiLU: a module without tensors, again only in the pickled
+  checkpoint."""
 import copy
 import json
 import os
@@ -23,10 +26,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moegen as G  # noqa: E402
 
 
-def make(out, name, seed, kept_want, pickled):
+def make(out, name, seed, kept_want, pickled, gelu=False):
 	torch.manual_seed(seed)
 	m = G.MoE(8, 4, 2, "k3")
 	for i, ex in enumerate(m.experts):
+		if gelu:
+			if i >= 2:
+				ex.conv[2] = torch.nn.GELU()
+			continue
 		d = 1 + i // 2
 		for conv in ex.conv:
 			if isinstance(conv, torch.nn.Conv2d) and conv.kernel_size == (3, 3):
@@ -49,9 +56,9 @@ def make(out, name, seed, kept_want, pickled):
 		shutil.copy(os.path.join(src, "model.pt"), os.path.join(dst, "module.pt"))
 	with open(os.path.join(dst, "experts.yaml"), "w") as f:
 		f.write("weights: module.pt\nmoe:\n  - {scope: model.1, experts: 4, top_k: 2}"
-			"  # 3x3 convs dilated 1, 1, 2, 2\n")
+			+ ("  # activations SiLU, SiLU, GELU, GELU\n" if gelu else "  # 3x3 convs dilated 1, 1, 2, 2\n"))
 	with open(os.path.join(dst, "refuse.txt"), "w") as f:
-		f.write("dilation=(2,2)" if pickled else "sets attribute 'dilations' otherwise than expert")
+		f.write("GELU" if gelu else "dilation=(2,2)" if pickled else "sets attribute 'dilations' otherwise than expert")
 		f.write("\n")
 	meta["generator"] = "tests/gen/dilated.py"
 	meta["checkpoint"] = "pickled model" if pickled else "state_dict"
@@ -64,6 +71,7 @@ def main(out):
 	torch.set_num_threads(1)
 	make(out, "dilated_experts", 3, [0, 2], False)
 	make(out, "dilated_alike", 1, [0, 1], True)
+	make(out, "gelu_alike", 1, [0, 1], True, gelu=True)
 
 
 if __name__ == "__main__":
