@@ -1188,33 +1188,40 @@ static const char *attr_differs(const Node *a, const Node *b)
 	return NULL;
 }
 
+/* The first node (of experts with as many) where y differs from x: in op
+ * or input count, or, *attr set, in that attribute; nnode if none. */
+static size_t first_diff(const Expert *x, const Expert *y, const char **attr)
+{
+	*attr = NULL;
+	for (size_t i = 0; i < x->nnode; i++) {
+		const Node *p = x->node[i], *q = y->node[i];
+		if (strcmp(p->op_type, q->op_type) != 0 || p->n_input != q->n_input || (*attr = attr_differs(p, q)))
+			return i;
+	}
+	return x->nnode;
+}
+
 const char *moe_structure_diff(Arena *a, const Expert *x, const Expert *y)
 {
 	if (x->nnode != y->nnode)
 		return arena_printf(a, "%zu nodes where expert %d has %zu", y->nnode, x->id, x->nnode);
-	for (size_t i = 0; i < x->nnode; i++) {
-		const Node *p = x->node[i], *q = y->node[i];
-		if (strcmp(p->op_type, q->op_type) != 0 || p->n_input != q->n_input)
-			return arena_printf(a, "node '%s' is a %s of %zu inputs where expert %d's '%s' is a %s of %zu",
-					    q->name ? q->name : "", q->op_type, q->n_input, x->id, p->name ? p->name : "",
-					    p->op_type, p->n_input);
-		const char *at = attr_differs(p, q);
-		if (at)
-			return arena_printf(a, "node '%s' (%s) sets attribute '%s' otherwise than expert %d's '%s'",
-					    q->name ? q->name : "", q->op_type, at, x->id, p->name ? p->name : "");
-	}
-	return NULL;
+	const char *at;
+	size_t i = first_diff(x, y, &at);
+	if (i == x->nnode)
+		return NULL;
+	const Node *p = x->node[i], *q = y->node[i];
+	if (at)
+		return arena_printf(a, "node '%s' (%s) sets attribute '%s' otherwise than expert %d's '%s'",
+				    q->name ? q->name : "", q->op_type, at, x->id, p->name ? p->name : "");
+	return arena_printf(a, "node '%s' is a %s of %zu inputs where expert %d's '%s' is a %s of %zu",
+			    q->name ? q->name : "", q->op_type, q->n_input, x->id, p->name ? p->name : "", p->op_type,
+			    p->n_input);
 }
 
 int moe_same_structure(const Expert *a, const Expert *b)
 {
-	if (a->nnode != b->nnode)
-		return 0;
-	for (size_t i = 0; i < a->nnode; i++)
-		if (strcmp(a->node[i]->op_type, b->node[i]->op_type) != 0 ||
-		    a->node[i]->n_input != b->node[i]->n_input || attr_differs(a->node[i], b->node[i]))
-			return 0;
-	return 1;
+	const char *at;
+	return a->nnode == b->nnode && first_diff(a, b, &at) == a->nnode;
 }
 
 static int cmp_id(const void *a, const void *b)

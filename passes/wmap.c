@@ -1153,10 +1153,6 @@ static int shared_input(Src *s, const Layer *L, const Expert *tpl, Err *e)
 
 static const char *shape_str(Ctx *c, const WTensor *t);
 
-/* Every expert of the layer must hold, in the checkpoint, the tensors the
- * template holds, of the same shapes: missing experts are clones of the
- * template, so a layer of differently built experts (DyMoE's four expert
- * kinds) cannot be rebuilt, and says so before any tensor is. */
 /* A checkpoint of pickled modules records how each module computes
  * (wsrc_sig): expert id's modules, tensors or none (an activation), must
  * be the template's (mods, under tp), or its clone computes otherwise
@@ -1175,6 +1171,10 @@ static int same_modules(Src *s, const Layer *L, const Expert *tpl, const char *t
 	return 0;
 }
 
+/* Every expert of the layer must hold, in the checkpoint, the tensors the
+ * template holds, of the same shapes: missing experts are clones of the
+ * template, so a layer of differently built experts (DyMoE's four expert
+ * kinds) cannot be rebuilt, and says so before any tensor is. */
 static int same_structure(Src *s, const Layer *L, const Expert *tpl, Err *e)
 {
 	Ctx *c = s->c;
