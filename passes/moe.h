@@ -139,6 +139,7 @@ typedef struct {
 	char pre[256], bn[64];
 	const float *g, *b, *mu, *var;
 	int64_t n;
+	double eps;
 } MoeBnMemo;
 /* Builds expert `id`'s version of template tensor r->tname, in t's dtype. */
 int moe_build(Ctx *c, const Layer *L, const Recipe *r, const Tensor *t, int id, WSrc *w, MoeBnMemo *bm,

@@ -368,7 +368,17 @@ static double reldiff_whole(Src *s, const float *a, const float *b, int64_t n)
 typedef struct {
 	const float *g, *b, *mu, *var;
 	int64_t n;
+	double eps; /* what the checkpoint records for this BatchNorm, else -1 */
 } BN;
+
+/* The eps a fold of this BatchNorm divides by: the module's own where a
+ * pickled checkpoint records it (a missing expert built with another
+ * expert's eps would be quietly off), else the recipe's, which the
+ * template's values chose. */
+static double fold_eps(const BN *bn, const Recipe *r)
+{
+	return bn->eps >= 0 ? bn->eps : r->eps;
+}
 
 /* A BatchNorm's statistics lie side by side in a checkpoint (a module's
  * tensors are saved together). Kept in a file, they are read in one call,
@@ -408,7 +418,7 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 	 * other, and each ask is four keys formatted and looked up. */
 	MoeBnMemo *m = s->bnm ? s->bnm : &s->own;
 	if (m->var && strcmp(m->bn, bn) == 0 && strcmp(m->pre, pre) == 0) {
-		*o = (BN){ m->g, m->b, m->mu, m->var, m->n };
+		*o = (BN){ m->g, m->b, m->mu, m->var, m->n, m->eps };
 		return 0;
 	}
 	int64_t n1 = 0, n2 = 0, n3 = 0, n4 = 0;
@@ -427,6 +437,8 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 	if (!o->var || !o->mu || n1 != n2 || (o->g && n3 != n1) || (o->b && n4 != n1))
 		return -1;
 	o->n = n1;
+	if (!wsrc_attr(s->w, kcat(s, pre, bn, ".eps"), &o->eps) || !(o->eps >= 0))
+		o->eps = -1;
 	m->var = NULL;
 	if (strlen(pre) < sizeof m->pre && strlen(bn) < sizeof m->bn) {
 		strcpy(m->pre, pre);
@@ -436,6 +448,7 @@ static int get_bn(Src *s, const char *pre, const char *bn, BN *o)
 		m->mu = o->mu;
 		m->var = o->var;
 		m->n = o->n;
+		m->eps = o->eps;
 	}
 	return 0;
 }
@@ -534,7 +547,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 		int64_t per = want / bn.n;
 		for (int64_t o = 0; o < bn.n; o++) {
 			/* f32 like the exporter's own fold. */
-			float sc = (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps));
+			float sc = (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + fold_eps(&bn, r)));
 			const float *wo = w + o * per;
 			float *oo = out + o * per;
 			for (int64_t i = 0; i < per; i++)
@@ -560,7 +573,7 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 	if (dry)
 		return bn.var;
 	for (int64_t o = 0; o < bn.n; o++) {
-		double sc = (bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps);
+		double sc = (bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + fold_eps(&bn, r));
 		out[o] = (float)((bn.b ? bn.b[o] : 0.0) + ((b ? b[o] : 0.0) - bn.mu[o]) * sc);
 	}
 	return out;
@@ -647,7 +660,7 @@ static int sample_diff(Src *s, const Recipe *r, const char *pre, int64_t n, cons
 	memcpy(x, s->smp, (size_t)ns * sizeof *x);
 	for (int64_t m = 0; m < ns && r->kind == R_FOLD_W; m++) {
 		int64_t o = sample_at(n, m) / per;
-		x[m] *= (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r->eps));
+		x[m] *= (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + fold_eps(&bn, r)));
 	}
 	*d = reldiff(x, y, ns);
 	return 0;
@@ -724,7 +737,7 @@ static int full_diff(Src *s, const Recipe *r, int k, const char *pre, int64_t n,
 		const float *wv = view(w, o0 * per, kc * per, n, bw), *fv = view(f, o0 * per, kc * per, n, bf);
 		for (int64_t o = o0; o < o0 + kc; o++)
 			for (int j = 0; j < k; j++) {
-				float sc = (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + r[j].eps));
+				float sc = (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + fold_eps(&bn, &r[j])));
 				nan[j] |= moe_diff_max(wv + (o - o0) * per, sc, fv + (o - o0) * per, per, &dm[j],
 						       j ? NULL : &m);
 			}

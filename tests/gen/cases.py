@@ -164,6 +164,37 @@ def fp16_eps():
 		dict(c=3, hw=16, opset=12, half=True, weights=("best.pt",), checks=(needs_eps,))
 
 
+def needs_own_eps(net, ins, outs):
+	"""The references must tell each expert's own BatchNorm eps from one
+	eps for all (the template's, whichever expert the dummy keeps)."""
+	bns = [b for _, m in G.moe_layers(net) for b in G.experts_of(m).modules()
+		if isinstance(b, torch.nn.BatchNorm2d)]
+	own = [b.eps for b in bns]
+	dd = float("inf")
+	try:
+		for e in sorted(set(own)):
+			for b in bns:
+				b.eps = e
+			with torch.no_grad():
+				dd = min(dd, max((net(t) - o).abs().max().item() for t, o in zip(ins, outs)))
+	finally:
+		for b, e in zip(bns, own):
+			b.eps = e
+	if dd <= 1e-3:
+		sys.exit(f"one eps for every expert changes the references by only {dd}")
+	return f"every expert with one expert's eps: max abs diff at least {dd:.3g}"
+
+
+def own_eps():
+	"""fp16_eps with an eps of its own per expert (1e-1, 2e-2, 2e-2, 1e-3):
+	the graph shows only the kept experts' folds, the pickled checkpoint
+	records every BatchNorm's eps, and a missing expert is folded with its
+	own, not the template's."""
+	return G.LoopNet([G.ConvBNAct(3, 8, 3, eps=1e-3), G.EpsMoE(8, 4, 2, eps=(1e-1, 2e-2, 2e-2, 1e-3)),
+		G.ConvBNAct(8, 8, 3, 2, eps=1e-3)]), \
+		dict(c=3, hw=16, opset=12, half=True, weights=("best.pt",), checks=(needs_own_eps,))
+
+
 def scripted_gather():
 	"""torch.jit.script of the traced modules' own dispatch (torch.where,
 	index_add_): each expert's If body gathers its rows (NonZero, Split,
@@ -230,7 +261,7 @@ def dead_bn():
 CASES = {f.__name__: f for f in (example, single_gn, detector_k2, detector_k1,
 	dynbatch, sharedstem, convkinds, scripted_if, yolo_reshape, yolo_cast, bare_module,
 	nested_scope, gated_fusion, adaptive_gate, fp16_eps, scripted_gather, batch2, dead_norms,
-	inits_as_inputs, dead_bn)}
+	inits_as_inputs, dead_bn, own_eps)}
 
 
 def main(argv):

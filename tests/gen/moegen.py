@@ -482,14 +482,16 @@ class ConvExpert(nn.Module):
 
 
 class EpsMoE(nn.Module):
-	"""Plain traced dispatch over ConvExpert experts (Conv+BN(eps 1e-3)+SiLU)."""
+	"""Plain traced dispatch over ConvExpert experts (Conv+BN(eps 1e-3)+SiLU);
+	eps may be a sequence, one per expert."""
 	expert_pattern = "experts.{i}"
 
 	def __init__(self, c, e, k, hidden=8, eps=1e-3):
 		super().__init__()
 		self.dense = False
 		self.router = SpatialRouter(c, e, k)
-		self.experts = nn.ModuleList(ConvExpert(c, hidden, eps) for _ in range(e))
+		eps = list(eps) if isinstance(eps, (list, tuple)) else [eps] * e
+		self.experts = nn.ModuleList(ConvExpert(c, hidden, eps[i]) for i in range(e))
 
 	def forward(self, x):
 		w, idx = self.router(x)
