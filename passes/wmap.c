@@ -1273,6 +1273,47 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 	return 0;
 }
 
+/* Whether the module at suffix mod (under the expert path, with its
+ * trailing dot) is a BatchNorm the mapping folds into weights. */
+static int folded_bn(const Mapping *m, const char *mod)
+{
+	size_t n = strlen(mod) - 1;
+	for (size_t i = 0; i < m->n; i++)
+		if ((m->r[i].kind == R_FOLD_W || m->r[i].kind == R_FOLD_B) && strlen(m->r[i].bn) == n &&
+		    !strncmp(m->r[i].bn, mod, n))
+			return 1;
+	return 0;
+}
+
+/* A norm the exporter keeps as a node (GroupNorm, LayerNorm, a BatchNorm
+ * after no conv) holds its eps as the node's attribute, which a missing
+ * expert's clone copies from the template; only a BatchNorm folded into
+ * weights divides by each expert's own (see fold_eps). Where a pickled
+ * checkpoint records another eps for another expert's such norm, the
+ * clone would compute otherwise, and the graph cannot show it when only
+ * missing experts differ. */
+static int same_eps(Src *s, const Layer *L, const Expert *tpl, const Mapping *m, Err *e)
+{
+	const char *tp = key_prefix(s->c, L, tpl->id);
+	size_t nmods, ltp = strlen(tp);
+	const char **mods = wsrc_sig_under(s->w, tp, s->ta, &nmods);
+	for (int id = 0; nmods && id < L->spec->experts; id++) {
+		char buf[256];
+		const char *p = key_prefix_in(s->c, L, id, buf, sizeof buf);
+		for (size_t i = 0; i < nmods && id != tpl->id; i++) {
+			double a, b;
+			if (!wsrc_attr(s->w, kcat(s, mods[i], "eps", NULL), &a) || folded_bn(m, mods[i] + ltp))
+				continue;
+			const char *om = kcat(s, p, mods[i] + ltp, NULL);
+			if (wsrc_attr(s->w, kcat(s, om, "eps", NULL), &b) && b != a)
+				return errf(e, "layer %s: in %s, module '%.*s' of expert %d has eps %g where expert %d's '%.*s' has %g, which a clone of expert %d's nodes would keep: experts built differently cannot be rebuilt from one template",
+					    L->scope, s->w->path, (int)strlen(om) - 1, om, id, b, tpl->id,
+					    (int)strlen(mods[i]) - 1, mods[i], a, tpl->id);
+		}
+	}
+	return 0;
+}
+
 /* clones: missing experts will be built from tpl, so every expert id must
  * hold tpl's tensors in the checkpoint. */
 static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, int clones, Err *e)
@@ -1397,6 +1438,8 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 			return -1;
 		}
 	}
+	if (clones && same_eps(&s, L, tpl, m, e))
+		return -1;
 	return shared_input(&s, L, tpl, e);
 }
 

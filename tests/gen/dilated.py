@@ -12,7 +12,10 @@ whose weights still fit, so only the structure can tell:
   trainer's best.pt), records the missing ones' dilation.
 - gelu_alike: no dilation, but experts 2 and 3 use GELU where 0 and 1
   (kept) use SiLU: a module without tensors, again only in the pickled
-  checkpoint."""
+  checkpoint.
+- gn_eps_alike: GroupNorm experts, 2 and 3 with eps 0.1 where 0 and 1
+  (kept) have 1e-5: a GroupNorm's eps is its node's attribute, which a
+  clone copies, and only the pickled checkpoint records the others'."""
 import copy
 import json
 import os
@@ -26,10 +29,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moegen as G  # noqa: E402
 
 
-def make(out, name, seed, kept_want, pickled, gelu=False):
+def make(out, name, seed, kept_want, pickled, gelu=False, gn_eps=False):
 	torch.manual_seed(seed)
-	m = G.MoE(8, 4, 2, "k3")
+	m = G.MoE(8, 4, 2, "gn" if gn_eps else "k3")
 	for i, ex in enumerate(m.experts):
+		if gn_eps:
+			for gn in ex.modules():
+				if isinstance(gn, torch.nn.GroupNorm) and i >= 2:
+					gn.eps = 0.1
+			continue
 		if gelu:
 			if i >= 2:
 				ex.conv[2] = torch.nn.GELU()
@@ -56,9 +64,10 @@ def make(out, name, seed, kept_want, pickled, gelu=False):
 		shutil.copy(os.path.join(src, "model.pt"), os.path.join(dst, "module.pt"))
 	with open(os.path.join(dst, "experts.yaml"), "w") as f:
 		f.write("weights: module.pt\nmoe:\n  - {scope: model.1, experts: 4, top_k: 2}"
-			+ ("  # activations SiLU, SiLU, GELU, GELU\n" if gelu else "  # 3x3 convs dilated 1, 1, 2, 2\n"))
+			+ ("  # GroupNorm eps 1e-5, 1e-5, 0.1, 0.1\n" if gn_eps else
+			"  # activations SiLU, SiLU, GELU, GELU\n" if gelu else "  # 3x3 convs dilated 1, 1, 2, 2\n"))
 	with open(os.path.join(dst, "refuse.txt"), "w") as f:
-		f.write("GELU" if gelu else "dilation=(2,2)" if pickled else "sets attribute 'dilations' otherwise than expert")
+		f.write("has eps 0.1 where expert 0's" if gn_eps else "GELU" if gelu else "dilation=(2,2)" if pickled else "sets attribute 'dilations' otherwise than expert")
 		f.write("\n")
 	meta["generator"] = "tests/gen/dilated.py"
 	meta["checkpoint"] = "pickled model" if pickled else "state_dict"
@@ -72,6 +81,7 @@ def main(out):
 	make(out, "dilated_experts", 3, [0, 2], False)
 	make(out, "dilated_alike", 1, [0, 1], True)
 	make(out, "gelu_alike", 1, [0, 1], True, gelu=True)
+	make(out, "gn_eps_alike", 1, [0, 1], True, gn_eps=True)
 
 
 if __name__ == "__main__":
