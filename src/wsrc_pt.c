@@ -197,11 +197,26 @@ static int sig_val(const PkVal *x, char *b, size_t cap, size_t *n)
 	}
 }
 
+/* The state dict of a pickled module (its BUILD state, or the dict of a
+ * (dict, slots) pair), or NULL. */
+static const PkVal *state_of(const PkVal *v)
+{
+	const PkVal *s = v->u.obj.state;
+	if (s && s->kind == PK_TUPLE && s->u.seq.n == 2)
+		s = s->u.seq.v[0];
+	return s && s->kind == PK_DICT ? s : NULL;
+}
+
 /* The module's class and the attributes torch's layers keep that change
  * what they compute for weights of one shape: a missing expert rebuilt
  * from a present one's graph must agree on them (a conv dilated per
  * expert fits the template's weights and computes otherwise). Values,
- * eps included, are read elsewhere, per expert. */
+ * eps included, are read elsewhere, per expert. Every public bool of the
+ * module's own is a switch of its forward too (a Bottleneck's `add`, a
+ * pool's `ceil_mode`), but `training` and `inplace` change nothing an
+ * export computes; ints and floats are left out, as a module may keep
+ * its index or a count (seven real YOLO-Master checkpoints differ in none
+ * of them between experts, nor in any bool). */
 static void record_sig(Pt *c, const char *prefix, const PkVal *v)
 {
 	static const char *const shape[] = { "kernel_size", "stride", "padding", "dilation", "groups",
@@ -221,6 +236,15 @@ static void record_sig(Pt *c, const char *prefix, const PkVal *v)
 			n = at;
 			b[n] = 0;
 		}
+	}
+	const PkVal *st = state_of(v);
+	for (size_t i = 0; st && i < st->u.dict.n; i++) {
+		const PkVal *k = st->u.dict.k[i], *x = st->u.dict.v[i];
+		if (x->kind != PK_BOOL || k->kind != PK_STR || k->u.str.s[0] == '_' || !strcmp(k->u.str.s, "training") ||
+		    !strcmp(k->u.str.s, "inplace") || !strcmp(k->u.str.s, "transposed") ||
+		    !strcmp(k->u.str.s, "align_corners"))
+			continue;
+		cat(b, sizeof b, &n, " %.40s=%lld", k->u.str.s, (long long)x->u.i);
 	}
 	if (n >= sizeof b)
 		return; /* a hostile length: no signature rather than a cut one */

@@ -15,7 +15,10 @@ whose weights still fit, so only the structure can tell:
   checkpoint.
 - gn_eps_alike: GroupNorm experts, 2 and 3 with eps 0.1 where 0 and 1
   (kept) have 1e-5: a GroupNorm's eps is its node's attribute, which a
-  clone copies, and only the pickled checkpoint records the others'."""
+  clone copies, and only the pickled checkpoint records the others'.
+- skip_alike: each expert's SiLU sits in a shortcut switch (`add`, as a
+  Bottleneck's), on in 0 and 1 (kept), off in 2 and 3: a bool attribute
+  only the pickled checkpoint records."""
 import copy
 import json
 import os
@@ -29,10 +32,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moegen as G  # noqa: E402
 
 
-def make(out, name, seed, kept_want, pickled, gelu=False, gn_eps=False):
+def make(out, name, seed, kept_want, pickled, gelu=False, gn_eps=False, skip=False):
 	torch.manual_seed(seed)
 	m = G.MoE(8, 4, 2, "gn" if gn_eps else "k3")
 	for i, ex in enumerate(m.experts):
+		if skip:
+			ex.conv[2] = G.Skip(ex.conv[2], add=i < 2)
+			continue
 		if gn_eps:
 			for gn in ex.modules():
 				if isinstance(gn, torch.nn.GroupNorm) and i >= 2:
@@ -64,10 +70,11 @@ def make(out, name, seed, kept_want, pickled, gelu=False, gn_eps=False):
 		shutil.copy(os.path.join(src, "model.pt"), os.path.join(dst, "module.pt"))
 	with open(os.path.join(dst, "experts.yaml"), "w") as f:
 		f.write("weights: module.pt\nmoe:\n  - {scope: model.1, experts: 4, top_k: 2}"
-			+ ("  # GroupNorm eps 1e-5, 1e-5, 0.1, 0.1\n" if gn_eps else
+			+ ("  # shortcut around the SiLU: on, on, off, off\n" if skip else
+			"  # GroupNorm eps 1e-5, 1e-5, 0.1, 0.1\n" if gn_eps else
 			"  # activations SiLU, SiLU, GELU, GELU\n" if gelu else "  # 3x3 convs dilated 1, 1, 2, 2\n"))
 	with open(os.path.join(dst, "refuse.txt"), "w") as f:
-		f.write("has eps 0.1 where expert 0's" if gn_eps else "GELU" if gelu else "dilation=(2,2)" if pickled else "sets attribute 'dilations' otherwise than expert")
+		f.write("Skip add=0' where expert 0's" if skip else "has eps 0.1 where expert 0's" if gn_eps else "GELU" if gelu else "dilation=(2,2)" if pickled else "sets attribute 'dilations' otherwise than expert")
 		f.write("\n")
 	meta["generator"] = "tests/gen/dilated.py"
 	meta["checkpoint"] = "pickled model" if pickled else "state_dict"
@@ -82,6 +89,7 @@ def main(out):
 	make(out, "dilated_alike", 1, [0, 1], True)
 	make(out, "gelu_alike", 1, [0, 1], True, gelu=True)
 	make(out, "gn_eps_alike", 1, [0, 1], True, gn_eps=True)
+	make(out, "skip_alike", 1, [0, 1], True, skip=True)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,19 @@ class Expert(nn.Module):
 		return self.conv(x)
 
 
+class Skip(nn.Module):
+	"""m(x), plus x when `add` (a Bottleneck's shortcut switch): a flag
+	that only a pickled module records."""
+
+	def __init__(self, m, add=True):
+		super().__init__()
+		self.m = m
+		self.add = add
+
+	def forward(self, x):
+		return x + self.m(x) if self.add else self.m(x)
+
+
 class SpatialRouter(nn.Module):
 	"""Pooled conv router: logits per position, averaged, softmax, top-k,
 	renormalised.  The final BatchNorm is what gets fitted to data."""
