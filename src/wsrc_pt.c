@@ -207,6 +207,22 @@ static const PkVal *state_of(const PkVal *v)
 	return s && s->kind == PK_DICT ? s : NULL;
 }
 
+static const char *const shape[] = { "kernel_size", "stride", "padding", "dilation", "groups",
+				     "padding_mode", "output_padding", "transposed", "num_groups",
+				     "negative_slope", "scale_factor", "mode", "align_corners", "dim",
+				     "approximate", "upscale_factor", "output_size" };
+
+/* Whether a bool attribute belongs in the signature after the shape list. */
+static int switch_attr(const char *name)
+{
+	if (name[0] == '_' || !strcmp(name, "training") || !strcmp(name, "inplace"))
+		return 0;
+	for (size_t i = 0; i < sizeof shape / sizeof *shape; i++)
+		if (!strcmp(name, shape[i]))
+			return 0; /* listed already */
+	return 1;
+}
+
 /* The module's class and the attributes torch's layers keep that change
  * what they compute for weights of one shape: a missing expert rebuilt
  * from a present one's graph must agree on them (a conv dilated per
@@ -219,10 +235,6 @@ static const PkVal *state_of(const PkVal *v)
  * of them between experts, nor in any bool). */
 static void record_sig(Pt *c, const char *prefix, const PkVal *v)
 {
-	static const char *const shape[] = { "kernel_size", "stride", "padding", "dilation", "groups",
-					     "padding_mode", "output_padding", "transposed", "num_groups",
-					     "negative_slope", "scale_factor", "mode", "align_corners", "dim",
-					     "approximate", "upscale_factor", "output_size" };
 	char b[512];
 	size_t n = 0;
 	cat(b, sizeof b, &n, "%.80s", v->u.obj.cls);
@@ -240,9 +252,7 @@ static void record_sig(Pt *c, const char *prefix, const PkVal *v)
 	const PkVal *st = state_of(v);
 	for (size_t i = 0; st && i < st->u.dict.n; i++) {
 		const PkVal *k = st->u.dict.k[i], *x = st->u.dict.v[i];
-		if (x->kind != PK_BOOL || k->kind != PK_STR || k->u.str.s[0] == '_' || !strcmp(k->u.str.s, "training") ||
-		    !strcmp(k->u.str.s, "inplace") || !strcmp(k->u.str.s, "transposed") ||
-		    !strcmp(k->u.str.s, "align_corners"))
+		if (x->kind != PK_BOOL || k->kind != PK_STR || !switch_attr(k->u.str.s))
 			continue;
 		cat(b, sizeof b, &n, " %.40s=%lld", k->u.str.s, (long long)x->u.i);
 	}
