@@ -190,6 +190,14 @@ PkVal *pk_dict_get(const PkVal *d, const char *key)
 	return at ? d->u.dict.v[at - 1] : NULL;
 }
 
+const PkVal *pk_state(const PkVal *obj)
+{
+	const PkVal *s = obj && obj->kind == PK_OBJ ? obj->u.obj.state : NULL;
+	if (s && s->kind == PK_TUPLE && s->u.seq.n == 2)
+		s = s->u.seq.v[0];
+	return s && s->kind == PK_DICT ? s : NULL;
+}
+
 PkVal *pk_attr(const PkVal *obj, const char *name)
 {
 	if (!obj || obj->kind != PK_OBJ || !obj->u.obj.state)

@@ -101,6 +101,8 @@ PkVal *pk_dict_get(const PkVal *d, const char *key);
 /* An opaque object's attribute from its BUILD state (dict, or the
  * (dict, slots) pair of objects with __slots__). */
 PkVal *pk_attr(const PkVal *obj, const char *name);
+/* That BUILD state's dict (of a (dict, slots) pair, the dict), or NULL. */
+const PkVal *pk_state(const PkVal *obj);
 /* Byte size of the tensor's elements; -1 on overflow. */
 int64_t pk_tensor_nbytes(const PkTensor *t);
 

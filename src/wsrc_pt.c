@@ -197,16 +197,6 @@ static int sig_val(const PkVal *x, char *b, size_t cap, size_t *n)
 	}
 }
 
-/* The state dict of a pickled module (its BUILD state, or the dict of a
- * (dict, slots) pair), or NULL. */
-static const PkVal *state_of(const PkVal *v)
-{
-	const PkVal *s = v->u.obj.state;
-	if (s && s->kind == PK_TUPLE && s->u.seq.n == 2)
-		s = s->u.seq.v[0];
-	return s && s->kind == PK_DICT ? s : NULL;
-}
-
 static const char *const shape[] = { "kernel_size", "stride", "padding", "dilation", "groups",
 				     "padding_mode", "output_padding", "transposed", "num_groups",
 				     "negative_slope", "scale_factor", "mode", "align_corners", "dim",
@@ -249,7 +239,7 @@ static void record_sig(Pt *c, const char *prefix, const PkVal *v)
 			b[n] = 0;
 		}
 	}
-	const PkVal *st = state_of(v);
+	const PkVal *st = pk_state(v);
 	for (size_t i = 0; st && i < st->u.dict.n; i++) {
 		const PkVal *k = st->u.dict.k[i], *x = st->u.dict.v[i];
 		if (x->kind != PK_BOOL || k->kind != PK_STR || !switch_attr(k->u.str.s))
