@@ -409,6 +409,8 @@ static int load(P *p, const char *src, size_t len, Spec *s)
 	yaml_document_delete(&more);
 	rc = 0;
 out:
+	/* p outlives doc: no later lookup may reach the freed document. */
+	p->doc = NULL;
 	yaml_document_delete(&doc);
 	yaml_parser_delete(&ps);
 	return rc;
