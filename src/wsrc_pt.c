@@ -202,11 +202,23 @@ static const char *const shape[] = { "kernel_size", "stride", "padding", "dilati
 				     "negative_slope", "scale_factor", "mode", "align_corners", "dim",
 				     "approximate", "upscale_factor", "output_size" };
 
-/* Whether a bool attribute belongs in the signature after the shape list. */
-static int switch_attr(const char *name)
+/* Whether a module's own attribute of that kind belongs in the signature
+ * after the shape list: every public bool is a switch of its forward (a
+ * Bottleneck's `add`, a pool's `ceil_mode`), every public float a
+ * constant of it (an ELU's alpha, a gain kept as a Python float), but for
+ * those an export does not compute with: `training`, `inplace`, a
+ * dropout's `p` or `drop_prob`, a norm's `momentum`; a norm's `eps` is
+ * read per expert elsewhere (wmap.c). Ints are left out, as a module may
+ * keep its index or a count (seven real YOLO-Master checkpoints differ
+ * in none of them between experts, nor in any bool or float). */
+static int state_attr(const char *name, PkKind kind)
 {
-	if (name[0] == '_' || !strcmp(name, "training") || !strcmp(name, "inplace"))
+	static const char *const inert[] = { "training", "inplace", "p", "drop_prob", "momentum", "eps" };
+	if (name[0] == '_' || (kind != PK_BOOL && kind != PK_FLOAT))
 		return 0;
+	for (size_t i = 0; i < sizeof inert / sizeof *inert; i++)
+		if (!strcmp(name, inert[i]))
+			return 0;
 	for (size_t i = 0; i < sizeof shape / sizeof *shape; i++)
 		if (!strcmp(name, shape[i]))
 			return 0; /* listed already */
@@ -216,13 +228,9 @@ static int switch_attr(const char *name)
 /* The module's class and the attributes torch's layers keep that change
  * what they compute for weights of one shape: a missing expert rebuilt
  * from a present one's graph must agree on them (a conv dilated per
- * expert fits the template's weights and computes otherwise). Values,
- * eps included, are read elsewhere, per expert. Every public bool of the
- * module's own is a switch of its forward too (a Bottleneck's `add`, a
- * pool's `ceil_mode`), but `training` and `inplace` change nothing an
- * export computes; ints and floats are left out, as a module may keep
- * its index or a count (seven real YOLO-Master checkpoints differ in none
- * of them between experts, nor in any bool). */
+ * expert fits the template's weights and computes otherwise), and on
+ * its own switches and constants (state_attr). Values, eps included,
+ * are read elsewhere, per expert. */
 static void record_sig(Pt *c, const char *prefix, const PkVal *v)
 {
 	char b[512];
@@ -242,9 +250,10 @@ static void record_sig(Pt *c, const char *prefix, const PkVal *v)
 	const PkVal *st = pk_state(v);
 	for (size_t i = 0; st && i < st->u.dict.n; i++) {
 		const PkVal *k = st->u.dict.k[i], *x = st->u.dict.v[i];
-		if (x->kind != PK_BOOL || k->kind != PK_STR || !switch_attr(k->u.str.s))
+		if (k->kind != PK_STR || !state_attr(k->u.str.s, x->kind))
 			continue;
-		cat(b, sizeof b, &n, " %.40s=%lld", k->u.str.s, (long long)x->u.i);
+		cat(b, sizeof b, &n, " %.40s=", k->u.str.s);
+		sig_val(x, b, sizeof b, &n);
 	}
 	if (n >= sizeof b)
 		return; /* a hostile length: no signature rather than a cut one */

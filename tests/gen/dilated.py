@@ -18,7 +18,11 @@ whose weights still fit, so only the structure can tell:
   clone copies, and only the pickled checkpoint records the others'.
 - skip_alike: each expert's SiLU sits in a shortcut switch (`add`, as a
   Bottleneck's), on in 0 and 1 (kept), off in 2 and 3: a bool attribute
-  only the pickled checkpoint records."""
+  only the pickled checkpoint records.
+- scale_alike: each expert's SiLU output times a gain kept as a Python
+  float, 1.0 in 0 and 1 (kept), 2.0 in 2 and 3: a constant the kept
+  experts' graph holds as 1.0, which only the pickled checkpoint records
+  otherwise."""
 import copy
 import json
 import os
@@ -32,27 +36,42 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moegen as G  # noqa: E402
 
 
-def make(out, name, seed, kept_want, pickled, gelu=False, gn_eps=False, skip=False):
-	torch.manual_seed(seed)
-	m = G.MoE(8, 4, 2, "gn" if gn_eps else "k3")
-	for i, ex in enumerate(m.experts):
-		if skip:
-			ex.conv[2] = G.Skip(ex.conv[2], add=i < 2)
-			continue
-		if gn_eps:
-			for gn in ex.modules():
-				if isinstance(gn, torch.nn.GroupNorm) and i >= 2:
-					gn.eps = 0.1
-			continue
-		if gelu:
-			if i >= 2:
-				ex.conv[2] = torch.nn.GELU()
-			continue
+# kind: (what experts.yaml's comment says, what the refusal must name)
+KINDS = {
+	"dilated": ("3x3 convs dilated 1, 1, 2, 2", "dilation=(2,2)"),
+	"gelu": ("activations SiLU, SiLU, GELU, GELU", "GELU"),
+	"gn_eps": ("GroupNorm eps 1e-5, 1e-5, 0.1, 0.1", "has eps 0.1 where expert 0's"),
+	"skip": ("shortcut around the SiLU: on, on, off, off", "Skip add=0' where expert 0's"),
+	"scale": ("gain after the SiLU: 1, 1, 2, 2", "Scale s=2' where expert 0's"),
+}
+
+
+def alter(ex, i, kind):
+	"""Expert i of kind: 0 and 1 as every other expert, 2 and 3 otherwise."""
+	if kind == "skip":
+		ex.conv[2] = G.Skip(ex.conv[2], add=i < 2)
+	elif kind == "scale":
+		ex.conv[2] = G.Scale(ex.conv[2], s=1.0 if i < 2 else 2.0)
+	elif kind == "gn_eps":
+		for gn in ex.modules():
+			if isinstance(gn, torch.nn.GroupNorm) and i >= 2:
+				gn.eps = 0.1
+	elif kind == "gelu":
+		if i >= 2:
+			ex.conv[2] = torch.nn.GELU()
+	else:
 		d = 1 + i // 2
 		for conv in ex.conv:
 			if isinstance(conv, torch.nn.Conv2d) and conv.kernel_size == (3, 3):
 				conv.dilation = (d, d)
 				conv.padding = (d, d)
+
+
+def make(out, name, seed, kept_want, pickled, kind="dilated"):
+	torch.manual_seed(seed)
+	m = G.MoE(8, 4, 2, "gn" if kind == "gn_eps" else "k3")
+	for i, ex in enumerate(m.experts):
+		alter(ex, i, kind)
 	net = G.Net([G.stem(3, 8, 1), m])
 	tmp = tempfile.mkdtemp()
 	G.save_case(tmp, name, net, seed=seed, c=3, hw=16, weights=("model.pt",))
@@ -68,14 +87,13 @@ def make(out, name, seed, kept_want, pickled, gelu=False, gn_eps=False, skip=Fal
 		torch.save({"model": copy.deepcopy(net), "ema": None}, os.path.join(dst, "module.pt"))
 	else:
 		shutil.copy(os.path.join(src, "model.pt"), os.path.join(dst, "module.pt"))
+	comment, refuse = KINDS[kind]
+	if not pickled:
+		refuse = "sets attribute 'dilations' otherwise than expert"
 	with open(os.path.join(dst, "experts.yaml"), "w") as f:
-		f.write("weights: module.pt\nmoe:\n  - {scope: model.1, experts: 4, top_k: 2}"
-			+ ("  # shortcut around the SiLU: on, on, off, off\n" if skip else
-			"  # GroupNorm eps 1e-5, 1e-5, 0.1, 0.1\n" if gn_eps else
-			"  # activations SiLU, SiLU, GELU, GELU\n" if gelu else "  # 3x3 convs dilated 1, 1, 2, 2\n"))
+		f.write(f"weights: module.pt\nmoe:\n  - {{scope: model.1, experts: 4, top_k: 2}}  # {comment}\n")
 	with open(os.path.join(dst, "refuse.txt"), "w") as f:
-		f.write("Skip add=0' where expert 0's" if skip else "has eps 0.1 where expert 0's" if gn_eps else "GELU" if gelu else "dilation=(2,2)" if pickled else "sets attribute 'dilations' otherwise than expert")
-		f.write("\n")
+		f.write(refuse + "\n")
 	meta["generator"] = "tests/gen/dilated.py"
 	meta["checkpoint"] = "pickled model" if pickled else "state_dict"
 	with open(os.path.join(dst, "meta.json"), "w") as f:
@@ -87,9 +105,10 @@ def main(out):
 	torch.set_num_threads(1)
 	make(out, "dilated_experts", 3, [0, 2], False)
 	make(out, "dilated_alike", 1, [0, 1], True)
-	make(out, "gelu_alike", 1, [0, 1], True, gelu=True)
-	make(out, "gn_eps_alike", 1, [0, 1], True, gn_eps=True)
-	make(out, "skip_alike", 1, [0, 1], True, skip=True)
+	make(out, "gelu_alike", 1, [0, 1], True, "gelu")
+	make(out, "gn_eps_alike", 1, [0, 1], True, "gn_eps")
+	make(out, "skip_alike", 1, [0, 1], True, "skip")
+	make(out, "scale_alike", 1, [0, 1], True, "scale")
 
 
 if __name__ == "__main__":

@@ -69,6 +69,19 @@ class Skip(nn.Module):
 		return x + self.m(x) if self.add else self.m(x)
 
 
+class Scale(nn.Module):
+	"""m(x) times a gain kept as a Python float, not a tensor: a constant
+	that only a pickled module records."""
+
+	def __init__(self, m, s=1.0):
+		super().__init__()
+		self.m = m
+		self.s = s
+
+	def forward(self, x):
+		return self.m(x) * self.s
+
+
 class SpatialRouter(nn.Module):
 	"""Pooled conv router: logits per position, averaged, softmax, top-k,
 	renormalised.  The final BatchNorm is what gets fitted to data."""
