@@ -202,19 +202,21 @@ static const char *const shape[] = { "kernel_size", "stride", "padding", "dilati
 				     "negative_slope", "scale_factor", "mode", "align_corners", "dim",
 				     "approximate", "upscale_factor", "output_size" };
 
-/* Whether a module's own attribute of that kind belongs in the signature
- * after the shape list: every public bool is a switch of its forward (a
+/* Whether a module's own attribute belongs in the signature after the
+ * shape list: every public bool is a switch of its forward (a
  * Bottleneck's `add`, a pool's `ceil_mode`), every public float a
- * constant of it (an ELU's alpha, a gain kept as a Python float), but for
- * those an export does not compute with: `training`, `inplace`, a
- * dropout's `p` or `drop_prob`, a norm's `momentum`; a norm's `eps` is
- * read per expert elsewhere (wmap.c). Ints are left out, as a module may
- * keep its index or a count (seven real YOLO-Master checkpoints differ
- * in none of them between experts, nor in any bool or float). */
-static int state_attr(const char *name, PkKind kind)
+ * constant of it (an ELU's alpha, a gain kept as a Python float), and in
+ * torch's own layers every public attribute is configuration (a
+ * Softplus's int beta); but not those an export does not compute with:
+ * `training`, `inplace`, a dropout's `p`, `drop_prob` or `dropout`, a
+ * norm's `momentum`; a norm's `eps` is read per expert elsewhere
+ * (wmap.c). Ints of other modules are left out, as a module may keep its
+ * index or a count (seven real YOLO-Master checkpoints differ in none of
+ * them between experts, nor in any bool or float). */
+static int state_attr(const char *name, PkKind kind, int torch_own)
 {
-	static const char *const inert[] = { "training", "inplace", "p", "drop_prob", "momentum", "eps" };
-	if (name[0] == '_' || (kind != PK_BOOL && kind != PK_FLOAT))
+	static const char *const inert[] = { "training", "inplace", "p", "drop_prob", "dropout", "momentum", "eps" };
+	if (name[0] == '_' || (kind != PK_BOOL && kind != PK_FLOAT && !torch_own))
 		return 0;
 	for (size_t i = 0; i < sizeof inert / sizeof *inert; i++)
 		if (!strcmp(name, inert[i]))
@@ -223,6 +225,17 @@ static int state_attr(const char *name, PkKind kind)
 		if (!strcmp(name, shape[i]))
 			return 0; /* listed already */
 	return 1;
+}
+
+/* " name=value" onto b, or nothing for a value sig_val cannot print. */
+static void sig_attr(char *b, size_t cap, size_t *n, const char *name, const PkVal *x)
+{
+	size_t at = *n;
+	cat(b, cap, n, " %.40s=", name);
+	if (sig_val(x, b, cap, n) < 0 && at < cap) {
+		*n = at;
+		b[at] = 0;
+	}
 }
 
 /* The module's class and the attributes torch's layers keep that change
@@ -238,22 +251,15 @@ static void record_sig(Pt *c, const char *prefix, const PkVal *v)
 	cat(b, sizeof b, &n, "%.80s", v->u.obj.cls);
 	for (size_t i = 0; i < sizeof shape / sizeof *shape; i++) {
 		const PkVal *x = pk_attr(v, shape[i]);
-		size_t at = n;
-		if (!x)
-			continue;
-		cat(b, sizeof b, &n, " %s=", shape[i]);
-		if (sig_val(x, b, sizeof b, &n) < 0 && at < sizeof b) {
-			n = at;
-			b[n] = 0;
-		}
+		if (x)
+			sig_attr(b, sizeof b, &n, shape[i], x);
 	}
+	int torch_own = strncmp(v->u.obj.cls, "torch.nn.modules.", 17) == 0;
 	const PkVal *st = pk_state(v);
 	for (size_t i = 0; st && i < st->u.dict.n; i++) {
 		const PkVal *k = st->u.dict.k[i], *x = st->u.dict.v[i];
-		if (k->kind != PK_STR || !state_attr(k->u.str.s, x->kind))
-			continue;
-		cat(b, sizeof b, &n, " %.40s=", k->u.str.s);
-		sig_val(x, b, sizeof b, &n);
+		if (k->kind == PK_STR && state_attr(k->u.str.s, x->kind, torch_own))
+			sig_attr(b, sizeof b, &n, k->u.str.s, x);
 	}
 	if (n >= sizeof b)
 		return; /* a hostile length: no signature rather than a cut one */

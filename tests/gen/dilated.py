@@ -22,7 +22,10 @@ whose weights still fit, so only the structure can tell:
 - scale_alike: each expert's SiLU output times a gain kept as a Python
   float, 1.0 in 0 and 1 (kept), 2.0 in 2 and 3: a constant the kept
   experts' graph holds as 1.0, which only the pickled checkpoint records
-  otherwise."""
+  otherwise.
+- softplus_alike: each expert's activation a Softplus, beta 1 in 0 and
+  1 (kept), 2 in 2 and 3: an int of torch's own layer, which torch
+  exports as a plain Softplus for 1 only."""
 import copy
 import json
 import os
@@ -43,6 +46,7 @@ KINDS = {
 	"gn_eps": ("GroupNorm eps 1e-5, 1e-5, 0.1, 0.1", "has eps 0.1 where expert 0's"),
 	"skip": ("shortcut around the SiLU: on, on, off, off", "Skip add=0' where expert 0's"),
 	"scale": ("gain after the SiLU: 1, 1, 2, 2", "Scale s=2' where expert 0's"),
+	"softplus": ("Softplus beta 1, 1, 2, 2", "Softplus beta=2 threshold=20' where expert 0's"),
 }
 
 
@@ -52,6 +56,8 @@ def alter(ex, i, kind):
 		ex.conv[2] = G.Skip(ex.conv[2], add=i < 2)
 	elif kind == "scale":
 		ex.conv[2] = G.Scale(ex.conv[2], s=1.0 if i < 2 else 2.0)
+	elif kind == "softplus":
+		ex.conv[2] = torch.nn.Softplus(beta=1 if i < 2 else 2)
 	elif kind == "gn_eps":
 		for gn in ex.modules():
 			if isinstance(gn, torch.nn.GroupNorm) and i >= 2:
@@ -109,6 +115,7 @@ def main(out):
 	make(out, "gn_eps_alike", 1, [0, 1], True, "gn_eps")
 	make(out, "skip_alike", 1, [0, 1], True, "skip")
 	make(out, "scale_alike", 1, [0, 1], True, "scale")
+	make(out, "softplus_alike", 1, [0, 1], True, "softplus")
 
 
 if __name__ == "__main__":
