@@ -672,7 +672,8 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, co
 			    L->scope, x->id, input, stop);
 	if (!stop && !input)
 		return errf(e, "layer %s: expert %d reads no tensor but constants; cannot tell its input", L->scope, x->id);
-	qsort_r(nv.v, nv.n, sizeof *nv.v, cmp_pos, c);
+	if (nv.n > 1) /* an expert that is its input has no node, and nv.v is NULL */
+		qsort_r(nv.v, nv.n, sizeof *nv.v, cmp_pos, c);
 	x->node = nv.v;
 	x->nnode = nv.n;
 	x->g = g;
