@@ -635,6 +635,18 @@ typedef int (*Rule)(W *w, Graph *g, Node *n, S *o); /* 0: o is output 0; 1: outp
 
 #define IN(i) ty_in(w, (i))
 
+/* Reshape, Unsqueeze and Squeeze move no element: a shape vector's known
+ * values (a Shape's output on its way to a Reshape or Expand) stay known
+ * while the result is still a vector or scalar. */
+static void keep_vals(S *o, const Ty *x)
+{
+	if (x->val && o->rank <= 1) {
+		o->hv = 1;
+		o->nval = x->nval;
+		memcpy(o->val, x->val, (size_t)x->nval * sizeof *o->val);
+	}
+}
+
 static int r_same(W *w, Graph *g, Node *n, S *o)
 {
 	s_of(o, IN(0));
@@ -943,11 +955,7 @@ static int r_reshape(W *w, Graph *g, Node *n, S *o)
 		if (ok && den > 0 && num % den == 0)
 			o->dim[minus] = num / den;
 	}
-	if (x->val && o->rank <= 1) {
-		o->hv = 1;
-		o->nval = x->nval;
-		memcpy(o->val, x->val, (size_t)x->nval * sizeof *o->val);
-	}
+	keep_vals(o, x);
 	return 0;
 }
 
@@ -1017,11 +1025,7 @@ static int r_unsqueeze(W *w, Graph *g, Node *n, S *o)
 	}
 	for (int j = 0, q = 0; j < o->rank; j++)
 		o->dim[j] = mark[j] ? 1 : x->dim[q++];
-	if (x->val && o->rank <= 1) {
-		o->hv = 1;
-		o->nval = x->nval;
-		memcpy(o->val, x->val, (size_t)x->nval * sizeof *o->val);
-	}
+	keep_vals(o, x);
 	return 0;
 }
 
@@ -1056,11 +1060,7 @@ static int r_squeeze(W *w, Graph *g, Node *n, S *o)
 		if (!mark[i])
 			o->dim[r++] = x->dim[i];
 	o->rank = r;
-	if (x->val && r <= 1) {
-		o->hv = 1;
-		o->nval = x->nval;
-		memcpy(o->val, x->val, (size_t)x->nval * sizeof *o->val);
-	}
+	keep_vals(o, x);
 	return 0;
 }
 
