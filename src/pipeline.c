@@ -24,18 +24,19 @@ typedef struct {
 } Open;
 
 /* The checkpoint the repair will most likely read first, opened in a
- * second thread while this one indexes, infers, checks and detects (a
- * 400-layer checkpoint's header takes as long as detection). Its result
- * is taken only by the source() call that would have opened the same file
- * with the same key, so errors and results are those of opening it then. */
-typedef struct {
+ * second thread while this one loads, indexes, infers, checks and detects
+ * (a 400-layer checkpoint's header takes as long as detection; a torch.save
+ * checkpoint's CRC-32 check as long as the load). Its result is taken only
+ * by the source() call that would have opened the same file with the same
+ * key, so errors and results are those of opening it then. */
+struct Prefetch {
 	pthread_t th;
 	int running;
 	const char *path, *key;
 	Arena *a;
 	WSrc *w;
 	Err e;
-} Prefetch;
+};
 
 static void *prefetch_run(void *p)
 {
@@ -46,6 +47,17 @@ static void *prefetch_run(void *p)
 	if (f->w)
 		wsrc_sort(f->w);
 	return NULL;
+}
+
+/* What the first source() call will most likely open, and with which
+ * key; nothing for --check and diagnosis, which read no weights to repair. */
+static const char *likely(const Spec *spec, const Opts *o, const char **key)
+{
+	const SpecLayer *first = spec && spec->nlayer ? &spec->layer[0] : NULL;
+	*key = first ? first->checkpoint_key : NULL;
+	if (o->check_only || (!spec && !o->layout))
+		return NULL;
+	return o->weights ? o->weights : first ? first->weights : NULL;
 }
 
 static void prefetch_start(Prefetch *f, const char *path, const char *key)
@@ -77,6 +89,22 @@ static void prefetch_end(Prefetch *f)
 	prefetch_join(f);
 	wsrc_close(f->w);
 	arena_free(f->a);
+}
+
+Prefetch *pipeline_prefetch(Arena *a, const Spec *spec, const Opts *o)
+{
+	const char *key, *path = likely(spec, o, &key);
+	if (!path)
+		return NULL;
+	Prefetch *f = arena_alloc(a, sizeof *f);
+	prefetch_start(f, path, key);
+	return f;
+}
+
+void pipeline_prefetch_end(Prefetch *f)
+{
+	if (f)
+		prefetch_end(f);
 }
 
 enum { DROP_EVERY = 8 << 20 };
@@ -323,14 +351,13 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	Opened *op = arena_alloc(md->a, sizeof *op);
 	int ret = -1;
 	memset(r, 0, sizeof *r);
-	/* What the first source() call will most likely open; nothing for
-	 * --check and diagnosis, which read no weights to repair. */
-	Prefetch pf;
-	const SpecLayer *first = spec && spec->nlayer ? &spec->layer[0] : NULL;
-	const char *likely = o->weights ? o->weights : first ? first->weights : NULL;
-	if (o->check_only || (!spec && !o->layout))
-		likely = NULL;
-	prefetch_start(&pf, likely, first ? first->checkpoint_key : NULL);
+	/* The caller's prefetch, started before the model's load, else one
+	 * from here on. */
+	Prefetch own = { 0 }, *pf = o->prefetch;
+	if (!pf) {
+		const char *key, *path = likely(spec, o, &key);
+		prefetch_start(pf = &own, path, key);
+	}
 	/* The second core, idle once the checkpoint is open: it populates
 	 * the next arena block while this one fills the last. */
 	arena_prefill(1);
@@ -347,7 +374,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	if (moe_find(&c, spec, !spec && !o->layout, &L, &nl, e))
 		goto out;
 	op->o = arena_alloc(md->a, ((spec ? spec->nlayer : nl) + 2) * sizeof *op->o);
-	Sources ss = { op, &pf };
+	Sources ss = { op, pf };
 	if (!spec && !o->layout) {
 		ret = moe_scan(&c, L, nl, r, e);
 		goto out;
@@ -487,7 +514,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	if (check && !verify_start(md, &c) && g_check(&c, e))
 		ret = -1;
 out:
-	prefetch_end(&pf);
+	prefetch_end(&own);
 	arena_prefill(0);
 	if (op)
 		close_opened(op);

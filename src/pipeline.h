@@ -25,7 +25,20 @@ typedef struct {
 	 * asks for before committing (model_close waits for it otherwise).
 	 * Only for a caller that saves with model_save_as or model_save. */
 	int check_async;
+	/* The first checkpoint, opening since before the model's load
+	 * (pipeline_prefetch), or NULL: pipeline_run opens it on a second
+	 * thread itself. */
+	struct Prefetch *prefetch;
 } Opts;
+
+typedef struct Prefetch Prefetch;
+
+/* Starts opening, on a second thread, the checkpoint a pipeline_run with
+ * spec and o will read first; NULL when it reads none. The caller passes
+ * it in o->prefetch and ends it with pipeline_prefetch_end after the run
+ * (or instead of it): a result the run did not take is closed. */
+Prefetch *pipeline_prefetch(Arena *a, const Spec *spec, const Opts *o);
+void pipeline_prefetch_end(Prefetch *f);
 
 /* spec NULL and no o->layout: diagnosis only (find MoE routers, report
  * damage). With o->layout the spec is inferred from the graph and the

