@@ -219,21 +219,20 @@ static const char *big_npz(const char *name, uint32_t n, long flip)
 	uint32_t crc = (uint32_t)crc32(crc32(0, Z_NULL, 0), d, (uInt)dl);
 	if (flip >= 0)
 		d[flip] ^= 0x55;
+	/* The local header, then the central directory's entry: the same
+	 * CRC, sizes and name length, at offsets 14 and 16. */
+	unsigned char *c = d + dl, *hd[2] = { b + 10, c + 12 };
 	le(b, 0x04034b50, 4);
-	le(b + 4, 20, 2);
-	le(b + 14, crc, 4);
-	le(b + 18, dl, 4);
-	le(b + 22, dl, 4);
-	le(b + 26, nl, 2);
-	memcpy(b + 30, "w.npy", nl);
-	unsigned char *c = d + dl;
 	le(c, 0x02014b50, 4);
 	le(c + 4, 20, 2);
-	le(c + 6, 20, 2);
-	le(c + 16, crc, 4);
-	le(c + 20, dl, 4);
-	le(c + 24, dl, 4);
-	le(c + 28, nl, 2);
+	for (int i = 0; i < 2; i++) {
+		le(hd[i] - 6, 20, 2);
+		le(hd[i] + 4, crc, 4);
+		le(hd[i] + 8, dl, 4);
+		le(hd[i] + 12, dl, 4);
+		le(hd[i] + 16, nl, 2);
+	}
+	memcpy(b + 30, "w.npy", nl);
 	memcpy(c + 46, "w.npy", nl);
 	unsigned char *z = c + 46 + nl;
 	le(z, 0x06054b50, 4);
