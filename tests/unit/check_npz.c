@@ -1,7 +1,7 @@
 #include <stdint.h>
-#include <zlib.h>
 
 #include "testutil.h"
+#include "zipbuild.h"
 #include "wsrc.h"
 
 /* Fixtures: testdata/unit/mknpz.py (numpy's own np.savez, savez_compressed,
@@ -190,12 +190,6 @@ static const char *edited(const char *fixture, const char *out, long cut, long f
 	return tu_write(out, b, cut >= 0 ? (size_t)cut : n);
 }
 
-static void le(unsigned char *p, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
 /* A stored archive with one member 'w.npy' of n float32s (value i at i),
  * byte flip of its array data XOR-ed once its CRC is taken (-1: none).
  * Members of 64 KiB and more are checked through the file (zip.c). */
@@ -206,42 +200,23 @@ static const char *big_npz(const char *name, uint32_t n, long flip)
 	while ((10 + hl + 1) % 64)
 		hdr[hl++] = ' ';
 	hdr[hl++] = '\n';
-	size_t dl = 10 + (size_t)hl + 4 * (size_t)n, nl = 5;
-	size_t total = 30 + nl + dl + 46 + nl + 22;
-	unsigned char *b = calloc(1, total), *d = b + 30 + nl;
+	size_t dl = 10 + (size_t)hl + 4 * (size_t)n;
+	char *d = malloc(dl);
 	memcpy(d, "\x93NUMPY\1\0", 8);
-	le(d + 8, (uint64_t)hl, 2);
+	d[8] = (char)hl;
+	d[9] = 0;
 	memcpy(d + 10, hdr, (size_t)hl);
 	for (uint32_t i = 0; i < n; i++) {
 		float f = (float)i;
 		memcpy(d + 10 + hl + 4 * (size_t)i, &f, 4);
 	}
-	uint32_t crc = (uint32_t)crc32(crc32(0, Z_NULL, 0), d, (uInt)dl);
+	ZipBuf o = { 0 };
+	zb_build(&o, 0, 1, (const char *[]){ "w.npy" }, (const char *[]){ d }, &dl);
 	if (flip >= 0)
-		d[flip] ^= 0x55;
-	/* The local header, then the central directory's entry: the same
-	 * CRC, sizes and name length, at offsets 14 and 16. */
-	unsigned char *c = d + dl, *hd[2] = { b + 10, c + 12 };
-	le(b, 0x04034b50, 4);
-	le(c, 0x02014b50, 4);
-	le(c + 4, 20, 2);
-	for (int i = 0; i < 2; i++) {
-		le(hd[i] - 6, 20, 2);
-		le(hd[i] + 4, crc, 4);
-		le(hd[i] + 8, dl, 4);
-		le(hd[i] + 12, dl, 4);
-		le(hd[i] + 16, nl, 2);
-	}
-	memcpy(b + 30, "w.npy", nl);
-	memcpy(c + 46, "w.npy", nl);
-	unsigned char *z = c + 46 + nl;
-	le(z, 0x06054b50, 4);
-	le(z + 8, 1, 2);
-	le(z + 10, 1, 2);
-	le(z + 12, 46 + nl, 4);
-	le(z + 16, (uint64_t)(c - b), 4);
-	const char *p = tu_write(name, b, total);
-	free(b);
+		o.b[30 + 5 + flip] ^= 0x55; /* past the local header and the name */
+	const char *p = tu_write(name, o.b, o.n);
+	free(o.b);
+	free(d);
 	return p;
 }
 

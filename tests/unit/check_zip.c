@@ -2,12 +2,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "arena.h"
 #include "err.h"
 #include "zip.h"
 #include "testutil.h"
+#include "zipbuild.h"
 
 /* Fixtures from testdata/unit/mkzip.sh (Info-ZIP and Python's zipfile);
  * malformed archives are those bytes, edited, or built below. */
@@ -79,72 +79,13 @@ START_TEST(zip_python_zip64_local)
 }
 END_TEST
 
-/* A tiny writer of stored archives, optionally in zip64 form (saturated
- * 32-bit fields, zip64 extra fields, zip64 end records), to cover what the
- * Python and Info-ZIP fixtures do not. */
-typedef struct {
-	unsigned char b[4096];
-	size_t n;
-} Buf;
-
-static void put(Buf *o, const void *p, size_t n)
-{
-	memcpy(o->b + o->n, p, n);
-	o->n += n;
-}
-static void p16(Buf *o, unsigned v) { unsigned char x[2] = { v & 255, v >> 8 & 255 }; put(o, x, 2); }
-static void p32(Buf *o, uint32_t v) { p16(o, v & 0xffff); p16(o, v >> 16); }
-static void p64(Buf *o, uint64_t v) { p32(o, (uint32_t)v); p32(o, (uint32_t)(v >> 32)); }
-
-static size_t build(Buf *o, int zip64, int n, const char **names, const char **data)
-{
-	size_t lh[8];
-	o->n = 0;
-	for (int i = 0; i < n; i++) {
-		size_t dl = strlen(data[i]);
-		lh[i] = o->n;
-		p32(o, 0x04034b50); p16(o, 20); p16(o, 0); p16(o, 0); p16(o, 0); p16(o, 0);
-		p32(o, (uint32_t)crc32(0, (const Bytef *)data[i], (uInt)dl));
-		p32(o, (uint32_t)dl); p32(o, (uint32_t)dl);
-		p16(o, (unsigned)strlen(names[i])); p16(o, 0);
-		put(o, names[i], strlen(names[i]));
-		put(o, data[i], dl);
-	}
-	size_t cd = o->n;
-	for (int i = 0; i < n; i++) {
-		size_t dl = strlen(data[i]);
-		p32(o, 0x02014b50); p16(o, 45); p16(o, 45); p16(o, 0); p16(o, 0); p16(o, 0); p16(o, 0);
-		p32(o, (uint32_t)crc32(0, (const Bytef *)data[i], (uInt)dl));
-		p32(o, zip64 ? 0xffffffff : (uint32_t)dl); p32(o, zip64 ? 0xffffffff : (uint32_t)dl);
-		p16(o, (unsigned)strlen(names[i])); p16(o, zip64 ? 28 : 0); p16(o, 0);
-		p16(o, 0); p16(o, 0); p32(o, 0);
-		p32(o, zip64 ? 0xffffffff : (uint32_t)lh[i]);
-		put(o, names[i], strlen(names[i]));
-		if (zip64) {
-			p16(o, 1); p16(o, 24); p64(o, dl); p64(o, dl); p64(o, lh[i]);
-		}
-	}
-	size_t cdlen = o->n - cd;
-	if (zip64) {
-		size_t e64 = o->n;
-		p32(o, 0x06064b50); p64(o, 44); p16(o, 45); p16(o, 45); p32(o, 0); p32(o, 0);
-		p64(o, (uint64_t)n); p64(o, (uint64_t)n); p64(o, cdlen); p64(o, cd);
-		p32(o, 0x07064b50); p32(o, 0); p64(o, e64); p32(o, 1);
-	}
-	p32(o, 0x06054b50); p16(o, 0); p16(o, 0);
-	p16(o, zip64 ? 0xffff : (unsigned)n); p16(o, zip64 ? 0xffff : (unsigned)n);
-	p32(o, zip64 ? 0xffffffff : (uint32_t)cdlen); p32(o, zip64 ? 0xffffffff : (uint32_t)cd);
-	p16(o, 0);
-	return cd;
-}
-
 static const char *NAMES[] = { "x.npy", "y.npy" };
 static const char *DATA[] = { "0123456789", "abc" };
 
 START_TEST(zip_zip64_records)
 {
-	Buf o;
-	build(&o, 1, 2, NAMES, DATA);
+	ZipBuf o = { 0 };
+	zb_build(&o, 1, 2, NAMES, DATA, NULL);
 	Arena *a = arena_new();
 	Zip z;
 	Err e = { "" };
@@ -156,6 +97,7 @@ START_TEST(zip_zip64_records)
 	ck_assert_int_eq(zip_read(&z, m, &d, &e), 0);
 	ck_assert_int_eq(memcmp(d, "abc", 3), 0);
 	arena_free(a);
+	free(o.b);
 }
 END_TEST
 
@@ -184,29 +126,30 @@ START_TEST(zip_truncated)
 	refuse(b, 0, NULL, "not a zip archive");
 	free(b);
 	/* Cut inside the data but keep a (moved) directory pointing past the end. */
-	Buf o;
-	size_t cd = build(&o, 0, 2, NAMES, DATA);
+	ZipBuf o = { 0 };
+	size_t cd = zb_build(&o, 0, 2, NAMES, DATA, NULL);
 	unsigned char t[4096];
 	size_t tail = o.n - cd;
 	memcpy(t, o.b, 40);
 	memcpy(t + 40, o.b + cd, tail);
 	refuse(t, 40 + tail, NULL, "central directory (offset");
+	free(o.b);
 }
 END_TEST
 
 START_TEST(zip_lying_sizes)
 {
-	Buf o;
-	size_t cd = build(&o, 0, 2, NAMES, DATA);
+	ZipBuf o = { 0 };
+	size_t cd = zb_build(&o, 0, 2, NAMES, DATA, NULL);
 	/* The first member's stored size claims 4 GB - 2. */
 	unsigned char *cs = o.b + cd + 20;
 	cs[0] = cs[1] = cs[2] = 0xff; cs[3] = 0xfe;
 	refuse(o.b, o.n, NULL, "member 'x.npy': 4278190079 bytes at offset 35 run past the end of the file");
-	build(&o, 0, 2, NAMES, DATA);
+	zb_build(&o, 0, 2, NAMES, DATA, NULL);
 	o.b[cd + 24] = 11; /* usize != csize for a stored member */
 	refuse(o.b, o.n, NULL, "member 'x.npy' is stored but declares 10 bytes compressed and 11 uncompressed");
 	/* Too many entries for the directory's size: refused before allocating. */
-	build(&o, 0, 2, NAMES, DATA);
+	zb_build(&o, 0, 2, NAMES, DATA, NULL);
 	o.b[o.n - 22 + 10] = 0xff;
 	o.b[o.n - 22 + 11] = 0x7f;
 	refuse(o.b, o.n, NULL, "central directory claims 32767 members but holds at most 2");
@@ -238,39 +181,41 @@ START_TEST(zip_lying_sizes)
 	l[22] = 2000 & 255; l[23] = 2000 >> 8;
 	refuse(b, len, NULL, "member 'b.txt': the local header's CRC or sizes differ from the central directory's");
 	free(b);
+	free(o.b);
 }
 END_TEST
 
 START_TEST(zip_offsets_past_end)
 {
-	Buf o;
-	size_t cd = build(&o, 0, 2, NAMES, DATA);
+	ZipBuf o = { 0 };
+	size_t cd = zb_build(&o, 0, 2, NAMES, DATA, NULL);
 	unsigned char *lh = o.b + cd + 46 + 42 + 5; /* second entry's local header offset */
 	lh[0] = 0x00; lh[1] = 0x10; lh[2] = 0; lh[3] = 0;
 	refuse(o.b, o.n, NULL, "member 'y.npy': local header offset 4096 is outside the file or damaged");
-	build(&o, 0, 2, NAMES, DATA);
+	zb_build(&o, 0, 2, NAMES, DATA, NULL);
 	o.b[o.n - 22 + 16] = 0xf0; /* directory offset */
 	refuse(o.b, o.n, NULL, "lies past the end of the file");
-	build(&o, 1, 2, NAMES, DATA);
+	zb_build(&o, 1, 2, NAMES, DATA, NULL);
 	o.b[o.n - 22 - 20 + 8] = 0xf0; /* zip64 end record offset */
 	refuse(o.b, o.n, NULL, "zip64 end-of-central-directory record missing or out of range");
+	free(o.b);
 }
 END_TEST
 
 START_TEST(zip_corrupt_data)
 {
-	Buf o;
-	build(&o, 0, 2, NAMES, DATA);
+	ZipBuf o = { 0 };
+	zb_build(&o, 0, 2, NAMES, DATA, NULL);
 	o.b[30 + 5] ^= 1; /* first byte of x.npy's data */
 	refuse(o.b, o.n, "x.npy", "member 'x.npy' fails its CRC-32 check; the archive is corrupt");
-	size_t cd = build(&o, 0, 2, NAMES, DATA);
+	size_t cd = zb_build(&o, 0, 2, NAMES, DATA, NULL);
 	o.b[cd + 8] = 1; /* encryption flag */
 	refuse(o.b, o.n, NULL, "member 'x.npy' is encrypted");
-	build(&o, 0, 2, NAMES, DATA);
+	zb_build(&o, 0, 2, NAMES, DATA, NULL);
 	o.b[cd + 10] = 12;
 	refuse(o.b, o.n, NULL, "member 'x.npy' uses compression method 12; only stored (0) and deflated (8) are supported");
 	const char *dup[] = { "x.npy", "x.npy" };
-	build(&o, 0, 2, dup, DATA);
+	zb_build(&o, 0, 2, dup, DATA, NULL);
 	refuse(o.b, o.n, NULL, "member 'x.npy' appears twice");
 	/* Deflate stream damaged in the middle. */
 	size_t len;
@@ -284,31 +229,33 @@ START_TEST(zip_corrupt_data)
 	b[off] = 0xff; /* invalid block type */
 	refuse(b, len, "b.txt", "member 'b.txt': corrupt deflate data");
 	free(b);
+	free(o.b);
 }
 END_TEST
 
 /* The local header names another file, or another method. */
 START_TEST(zip_local_header_disagrees)
 {
-	Buf o;
-	build(&o, 0, 2, NAMES, DATA);
+	ZipBuf o = { 0 };
+	zb_build(&o, 0, 2, NAMES, DATA, NULL);
 	o.b[30] = 'z'; /* x.npy -> z.npy in the local header only */
 	refuse(o.b, o.n, NULL, "member 'x.npy': the local header names another file than the central directory");
-	build(&o, 0, 2, NAMES, DATA);
+	zb_build(&o, 0, 2, NAMES, DATA, NULL);
 	o.b[8] = 8; /* local method deflated, central stored */
 	refuse(o.b, o.n, NULL, "member 'x.npy': the local header's compression method or flags differ");
-	build(&o, 0, 2, NAMES, DATA);
+	zb_build(&o, 0, 2, NAMES, DATA, NULL);
 	o.b[14] ^= 1; /* local CRC */
 	refuse(o.b, o.n, NULL, "member 'x.npy': the local header's CRC or sizes differ from the central directory's");
 	/* A valid archive where both entries point at one local header: a
 	 * member read twice (here, the same name is also refused). */
 	const char *same[] = { "x.npy", "x.npy" };
 	const char *dd[] = { "0123456789", "0123456789" };
-	size_t cd = build(&o, 0, 2, same, dd);
+	size_t cd = zb_build(&o, 0, 2, same, dd, NULL);
 	unsigned char *e2 = o.b + cd + 46 + 5; /* second central entry */
 	memcpy(e2 + 46, "w.npy", 5);
 	e2[42] = e2[43] = e2[44] = e2[45] = 0; /* local header offset 0 */
 	refuse(o.b, o.n, NULL, "member 'w.npy': the local header names another file");
+	free(o.b);
 }
 END_TEST
 
@@ -316,10 +263,10 @@ END_TEST
  * overlap, not the name, is what gives them away. */
 START_TEST(zip_overlapping_members)
 {
-	Buf o;
+	ZipBuf o = { 0 };
 	const char *names[] = { "x.npy", "x.npy" };
 	const char *data[] = { "0123456789", "0123456789" };
-	size_t cd = build(&o, 0, 2, names, data);
+	size_t cd = zb_build(&o, 0, 2, names, data, NULL);
 	/* Second member's local header and name: make it a copy of the first
 	 * record but named y.npy, then point both central entries at it... */
 	o.b[cd + 46 + 5 + 46 + 0] = 'y';
@@ -336,14 +283,16 @@ START_TEST(zip_overlapping_members)
 	refuse(o.b, o.n, NULL, "the local header names another file");
 	/* Same record, consistent names: a stored member whose data holds
 	 * another member's whole record. */
-	Buf p;
+	ZipBuf p = { 0 };
 	const char *outer[] = { "a.npy", "b.npy" };
 	const char *body[] = { "0123456789012345678901234567890123456789012345", "0123456789" };
-	cd = build(&p, 0, 2, outer, body);
+	cd = zb_build(&p, 0, 2, outer, body, NULL);
 	/* b.npy's record (30 + 5 + 10 bytes) sits inside a.npy's data. */
 	memcpy(p.b + 35, p.b + 35 + 46, 45);
 	p.b[cd + 46 + 5 + 42] = 35; /* b.npy's local header offset */
 	refuse(p.b, p.n, NULL, "members 'a.npy' and 'b.npy' overlap in the file");
+	free(o.b);
+	free(p.b);
 }
 END_TEST
 
