@@ -292,19 +292,10 @@ static uint32_t crc_of(const unsigned char *p, uint64_t n)
 	uLong c = crc32(0, Z_NULL, 0);
 	int viafile = n >= CHUNK && filemap_has(p, (size_t)n);
 	while (n) {
-		uInt k = n > UINT_MAX ? UINT_MAX : (uInt)n;
-		if (viafile) {
-			k = n > CHUNK ? CHUNK : (uInt)n;
-			if (!filemap_read(buf, p, k))
-				viafile = 0; /* read it in place from here on */
-			else {
-				c = crc32(c, buf, k);
-				p += k;
-				n -= k;
-				continue;
-			}
-		}
-		c = crc32(c, p, k);
+		uInt cap = viafile ? CHUNK : UINT_MAX, k = n > cap ? cap : (uInt)n;
+		/* A failed read is read in place, and so is the rest. */
+		viafile = viafile && filemap_read(buf, p, k);
+		c = crc32(c, viafile ? buf : p, k);
 		p += k;
 		n -= k;
 	}
