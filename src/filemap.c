@@ -20,6 +20,24 @@ typedef struct {
 	char *path;
 } Entry;
 
+int file_open_regular(const char *path, struct stat *st, const char *hint, Err *e)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return errf(e, "%s: %s", path, strerror(errno));
+	if (fstat(fd, st) < 0) {
+		int err = errno;
+		close(fd);
+		return errf(e, "%s: %s", path, strerror(err));
+	}
+	if (S_ISREG(st->st_mode))
+		return fd;
+	close(fd);
+	return errf(e, "%s: %s, not a regular file; %s", path,
+		    S_ISDIR(st->st_mode) ? "is a folder" : S_ISFIFO(st->st_mode) ? "is a FIFO" : "is a device or socket",
+		    hint);
+}
+
 static Entry tab[MAXMAP];
 static size_t ntab;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;

@@ -14,6 +14,9 @@
 #define FILEMAP_H
 #include <stddef.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+
+#include "err.h"
 
 /* madvise's "map these pages now", in one call instead of a trap per
  * page (Linux 5.14+; older kernels refuse it and the pages fault in on
@@ -21,6 +24,12 @@
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
+
+/* The file at path opened to read, its stat in st; -1 (e set) unless it
+ * is a regular file. O_NONBLOCK: a FIFO or a terminal is refused, not
+ * waited on. The refusal says what path is instead, then hint ("give
+ * experts.yaml as a file"). */
+int file_open_regular(const char *path, struct stat *st, const char *hint, Err *e);
 
 /* [base, base + len) maps fd's bytes (the file at path) from offset 0; fd
  * is duplicated, the caller closes its own. */

@@ -526,23 +526,10 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 {
 	*md = (Model){ .path = path, .a = a, .dir = dir_of(a, path) };
 	map_init(&md->ext, a, 0);
-	/* O_NONBLOCK: a FIFO must be refused, not waited on. */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return errf(e, "%s: cannot open: %s", path, strerror(errno));
 	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		close(fd);
-		return errf(e, "%s: cannot stat: %s", path, strerror(errno));
-	}
-	if (S_ISDIR(st.st_mode)) {
-		close(fd);
-		return errf(e, "%s: is a folder, not an ONNX model", path);
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return errf(e, "%s: not a regular file; save the model to a file first", path);
-	}
+	int fd = file_open_regular(path, &st, "give the model as a file", e);
+	if (fd < 0)
+		return -1;
 	if (st.st_size == 0) {
 		close(fd);
 		return errf(e, "%s: empty file, not an ONNX model", path);

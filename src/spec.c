@@ -3,6 +3,7 @@
  * plain scalars untyped): integers are plain decimal scalars. */
 #include "spec.h"
 
+#include "filemap.h"
 #include "map.h"
 
 #include <errno.h>
@@ -11,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
@@ -424,21 +424,10 @@ int spec_load(Spec *s, const char *path, Arena *a, Err *e)
 {
 	memset(s, 0, sizeof *s);
 	s->path = arena_strdup(a, path);
-	/* O_NONBLOCK: a FIFO or a terminal must be refused, not waited on. */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return errf(e, "%s: %s", path, strerror(errno));
 	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		int err = errno;
-		close(fd);
-		return errf(e, "%s: %s", path, strerror(err));
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return errf(e, "%s: %s, not a regular file; give experts.yaml as a file", path,
-			S_ISDIR(st.st_mode) ? "is a folder" : S_ISFIFO(st.st_mode) ? "is a FIFO" : "is a device or socket");
-	}
+	int fd = file_open_regular(path, &st, "give experts.yaml as a file", e);
+	if (fd < 0)
+		return -1;
 	/* One byte more than the limit tells a file that grew past it. */
 	char *buf = malloc(MAX_YAML + 1);
 	size_t len = 0;

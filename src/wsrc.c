@@ -1,7 +1,6 @@
 #include "wsrc.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,20 +168,10 @@ int wsrc_add(WSrc *w, const WTensor *t, Err *e)
 
 int wsrc_mmap(WSrc *w, const char *path, const void **base, size_t *len, Err *e)
 {
-	/* O_NONBLOCK: a FIFO named as weights must be refused, not waited on. */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return errf(e, "%s: %s", path, strerror(errno));
 	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		int err = errno;
-		close(fd);
-		return errf(e, "%s: %s", path, strerror(err));
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return errf(e, "%s: not a regular file", path);
-	}
+	int fd = file_open_regular(path, &st, "give the checkpoint as a file", e);
+	if (fd < 0)
+		return -1;
 	*len = (size_t)st.st_size;
 	if (st.st_size == 0) {
 		close(fd);
