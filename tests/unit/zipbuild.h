@@ -44,13 +44,15 @@ static inline size_t zb_build(ZipBuf *o, int zip64, int n, const char *const *na
 			      const size_t *len)
 {
 	size_t lh[8], dl[8];
+	uint32_t crc[8];
 	ck_assert_int_le(n, 8);
 	o->n = 0;
 	for (int i = 0; i < n; i++) {
 		dl[i] = len ? len[i] : strlen(data[i]);
 		lh[i] = o->n;
+		crc[i] = (uint32_t)crc32(0, (const Bytef *)data[i], (uInt)dl[i]);
 		zb_32(o, 0x04034b50); zb_16(o, 20); zb_16(o, 0); zb_16(o, 0); zb_16(o, 0); zb_16(o, 0);
-		zb_32(o, (uint32_t)crc32(0, (const Bytef *)data[i], (uInt)dl[i]));
+		zb_32(o, crc[i]);
 		zb_32(o, (uint32_t)dl[i]); zb_32(o, (uint32_t)dl[i]);
 		zb_16(o, (unsigned)strlen(names[i])); zb_16(o, 0);
 		zb_put(o, names[i], strlen(names[i]));
@@ -59,7 +61,7 @@ static inline size_t zb_build(ZipBuf *o, int zip64, int n, const char *const *na
 	size_t cd = o->n;
 	for (int i = 0; i < n; i++) {
 		zb_32(o, 0x02014b50); zb_16(o, 45); zb_16(o, 45); zb_16(o, 0); zb_16(o, 0); zb_16(o, 0); zb_16(o, 0);
-		zb_32(o, (uint32_t)crc32(0, (const Bytef *)data[i], (uInt)dl[i]));
+		zb_32(o, crc[i]);
 		zb_32(o, zip64 ? 0xffffffff : (uint32_t)dl[i]); zb_32(o, zip64 ? 0xffffffff : (uint32_t)dl[i]);
 		zb_16(o, (unsigned)strlen(names[i])); zb_16(o, zip64 ? 28 : 0); zb_16(o, 0);
 		zb_16(o, 0); zb_16(o, 0); zb_32(o, 0);
