@@ -2,6 +2,7 @@
  * checker, module-path matching, and rank inference. Graphs are built
  * through the same mutation API the passes use. */
 #include <check.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -413,6 +414,46 @@ START_TEST(node_at_follows_the_list)
 }
 END_TEST
 
+/* Zeros as accumulators start from: -0.0 counts in every float type, at
+ * any position; a sign bit is no zero in an integer; a value past the
+ * vectorised steps, or in the tail, is found. */
+START_TEST(is_zero_by_type)
+{
+	T t;
+	mk(&t);
+	int64_t d[1] = { 37 };
+	float f[37] = { 0 };
+	f[36] = -0.0f;
+	f[5] = -0.0f;
+	g_add_init(&t.c, t.c.g, "f", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, d, 1, f, sizeof f);
+	float g[37] = { 0 };
+	g[36] = 1e-30f; /* in the tail, past 128 bytes */
+	g_add_init(&t.c, t.c.g, "g", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, d, 1, g, sizeof g);
+	float h[37] = { 0 };
+	h[17] = 2.0f; /* in the second 64-byte step */
+	g_add_init(&t.c, t.c.g, "h", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, d, 1, h, sizeof h);
+	uint16_t hf[37] = { 0 };
+	hf[0] = hf[3] = hf[36] = 0x8000; /* -0.0 in half precision, low and high halves */
+	g_add_init(&t.c, t.c.g, "hf", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, d, 1, hf, sizeof hf);
+	int64_t d2[1] = { 2 };
+	int64_t iv[2] = { 0, INT64_C(0x80000000) };
+	g_add_init(&t.c, t.c.g, "i", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, d2, 1, iv, sizeof iv);
+	double dv[2] = { -0.0, 0.0 };
+	g_add_init(&t.c, t.c.g, "d", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, d2, 1, dv, sizeof dv);
+	add(&t, "Relu", "r", "x", NULL, "y");
+	ck_assert_int_eq(g_reindex(&t.c, &t.e), 0);
+	ck_assert_int_eq(g_is_zero(t.c.g, "f"), 1);
+	ck_assert_int_eq(g_is_zero(t.c.g, "g"), 0);
+	ck_assert_int_eq(g_is_zero(t.c.g, "h"), 0);
+	ck_assert_int_eq(g_is_zero(t.c.g, "hf"), 1);
+	ck_assert_int_eq(g_is_zero(t.c.g, "i"), 0);
+	ck_assert_int_eq(g_is_zero(t.c.g, "d"), 1);
+	ck_assert_int_eq(g_is_zero(t.c.g, "x"), 0); /* not a constant */
+	g_fini(&t.c);
+	arena_free(t.a);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("graph");
@@ -429,6 +470,7 @@ int main(void)
 	tcase_add_test(tc, put_attr_leaves_the_source);
 	tcase_add_test(tc, refresh_reads_as_reindex);
 	tcase_add_test(tc, node_at_follows_the_list);
+	tcase_add_test(tc, is_zero_by_type);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
