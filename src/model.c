@@ -915,6 +915,19 @@ static void sink_end(Sink *s)
 	}
 }
 
+/* The new weights placed, then path opened and s streaming into it. */
+static int sink_open(Model *md, const char *path, int flags, AFile *f, Sink *s, Err *e)
+{
+	if (place_later(md, e) || afile_open(f, path, 0, e) < 0)
+		return -1;
+	f->nosync = !!(flags & SAVE_NO_SYNC);
+	if (sink_start(s, md, f, e)) {
+		afile_abort(f);
+		return -1;
+	}
+	return 0;
+}
+
 static int same_file(const struct stat *a, const struct stat *b)
 {
 	return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
@@ -1145,17 +1158,10 @@ static int save_planned(Model *md, const Plan *p, const char *out, int flags, Er
 	/* A pipe keeps what it is given: the verdict first. */
 	if (!strcmp(out, "-") && verified(md, e))
 		return -1;
-	if (place_later(md, e))
-		return -1;
 	AFile f;
-	if (afile_open(&f, out, 0, e) < 0)
-		return -1;
-	f.nosync = !!(flags & SAVE_NO_SYNC);
 	Sink s;
-	if (sink_start(&s, md, &f, e)) {
-		afile_abort(&f);
+	if (sink_open(md, out, flags, &f, &s, e))
 		return -1;
-	}
 	s.what = arena_printf(md->a, "writing %s", out);
 	s.total = n;
 	pack(md, p, &s.base);
@@ -1308,17 +1314,10 @@ static int save_with_data(Model *md, const char *out, const char *data, const ch
 	int existed = stat(path, &st) == 0;
 	if (data_clashes(md, path, e))
 		return -1;
-	if (place_later(md, e))
-		return -1;
 	AFile f;
-	if (afile_open(&f, path, 0, e) < 0)
-		return -1;
-	f.nosync = !!(flags & SAVE_NO_SYNC);
 	Sink s;
-	if (sink_start(&s, md, &f, e)) {
-		afile_abort(&f);
+	if (sink_open(md, path, flags, &f, &s, e))
 		return -1;
-	}
 	static const unsigned char zero[EXT_ALIGN];
 	size_t nmoved = 0;
 	for (size_t i = 0; i < g->n_initializer; i++) {
