@@ -368,13 +368,14 @@ static int load(P *p, const char *src, size_t len, Spec *s)
 		goto out;
 	}
 	yaml_node_t *moe = v[T_MOE];
-	if (moe->type != YAML_SEQUENCE_NODE) {
-		at(p, moe, "'moe' must be a list of layers, not %s", kind(moe));
+	/* `moe:` with nothing under it is an empty list to whoever wrote it. */
+	size_t n = moe->type == YAML_SEQUENCE_NODE ? (size_t)(moe->data.sequence.items.top - moe->data.sequence.items.start) : 0;
+	if (!n && (moe->type == YAML_SEQUENCE_NODE || is_null(moe))) {
+		at(p, moe, "'moe' lists no layers; list each MoE layer (scope, experts, top_k), or write them with --weights CHECKPOINT --emit-experts FILE");
 		goto out;
 	}
-	size_t n = (size_t)(moe->data.sequence.items.top - moe->data.sequence.items.start);
-	if (!n) {
-		at(p, moe, "'moe' lists no layers");
+	if (moe->type != YAML_SEQUENCE_NODE) {
+		at(p, moe, "'moe' must be a list of layers, not %s", kind(moe));
 		goto out;
 	}
 	s->layer = arena_alloc(p->a, n * sizeof *s->layer);

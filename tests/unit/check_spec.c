@@ -146,7 +146,10 @@ START_TEST(spec_errors)
 	refuse("# only a comment\n", "1:1: empty document; expected a mapping with 'weights' and 'moe' (see schema/experts.yaml)");
 	refuse("- a\n- b\n", "1:1: the document must be a mapping with 'weights' and 'moe', not a list");
 	refuse("weights: model.safetensors\n", "1:1: missing required key 'moe' (the list of MoE layers)");
-	refuse("weights: model.safetensors\nmoe: []\n", "2:6: 'moe' lists no layers");
+	refuse("weights: model.safetensors\nmoe: []\n", "2:6: 'moe' lists no layers; list each MoE layer (scope, experts, top_k), or write them with --weights CHECKPOINT --emit-experts FILE");
+	refuse("weights: model.safetensors\nmoe:\n", "2:5: 'moe' lists no layers; list each MoE layer (scope, experts, top_k), or write them with --weights CHECKPOINT --emit-experts FILE");
+	refuse("weights: model.safetensors\nmoe: ~\n", "2:6: 'moe' lists no layers; list each MoE layer (scope, experts, top_k), or write them with --weights CHECKPOINT --emit-experts FILE");
+	refuse("weights: model.safetensors\nmoe: \"\"\n", "2:6: 'moe' must be a list of layers, not a scalar");
 	refuse("weights: model.safetensors\nmoe: {scope: x}\n", "2:6: 'moe' must be a list of layers, not a mapping");
 	refuse("version: 2\nweights: model.safetensors\nmoe: []\n",
 		"1:10: schema version 2 is not supported; this tool reads version 1");
