@@ -562,8 +562,8 @@ long g_const_ints(const Graph *g, const char *name, int64_t *out, size_t max)
 	return -1;
 }
 
-/* Whether the n bytes at p hold only zeros of elements whose sign bits
- * mask leaves out (-0.0 is zero too). 64 bytes a step, which vectorises:
+/* Whether the n bytes at p are zero once mask clears each element's sign
+ * bit, so that -0.0 counts as zero. 64 bytes a step, which vectorises:
  * detection asks this of every zeros tensor per node, and a traced
  * dispatch's zeros are as large as its activations. Little-endian, as
  * raw_data is. */
