@@ -5,14 +5,21 @@
 # ref.json within their own float32 noise, see compare.js --right), holds
 # every expert (Conv count equal to the dense export's), keeps no
 # NonZero/ScatterElements/If, passes --check, and repairing it again changes
-# nothing, byte for byte. The input is untouched.
+# nothing, byte for byte. The input is untouched. The references are shown
+# to tell experts apart: with the re-inserted weights rotated among experts
+# (tests/rotate-experts.py), the repaired model must fail them.
 . "$top_srcdir/tests/lib.sh"
 if ! (cd "$top_srcdir" && "$node" -e "require.resolve('onnxruntime-node')") >/dev/null 2>&1; then
 	[ "${MOE_ALLOW_NO_ORT:-}" = 1 ] && { echo "SKIP: onnxruntime-node missing"; exit 77; }
 	echo "FAIL: onnxruntime-node missing: run npm install --ignore-scripts in $top_srcdir" >&2
 	exit 1
 fi
-
+py=${PYTHON_ONNX:-/usr/bin/python3}
+if ! "$py" -c 'import onnx' 2>/dev/null; then
+	[ "${MOE_ALLOW_NO_ORT:-}" = 1 ] && { echo "SKIP: python3-onnx missing"; exit 77; }
+	echo "FAIL: $py lacks the onnx module: apt-get install python3-onnx (tools/setup-debian does)" >&2
+	exit 1
+fi
 
 n=0
 for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/ "$top_srcdir"/../shared/corpus/*/*/ \
@@ -29,6 +36,17 @@ for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/ "$top_src
 		ok "$name: matches eager PyTorch ($(tail -n 1 "$T/ort" | sed 's/.*max abs diff \([^:]*\):.*/\1/'))"
 	else
 		fail "$name: ONNX Runtime: $(tail -n 1 "$T/ort")"
+	fi
+	# The references must tell experts apart: with the re-inserted weights
+	# moved to the wrong experts, the verdict above must turn to wrong.
+	if ! moved=$("$py" "$top_srcdir/tests/rotate-experts.py" "$out" "$dir/broken.onnx" "$T/rot.onnx"); then
+		fail "$name: rotate-experts.py failed"
+	elif [ "$moved" = 0 ]; then
+		ok "$name: no expert re-inserted, none to misplace"
+	elif "$node" "$cmp" "$T/rot.onnx" "$dir" --right >/dev/null 2>&1; then
+		fail "$name: the references pass the repair with its $moved re-inserted tensors misplaced"
+	else
+		ok "$name: the references catch the $moved re-inserted tensors misplaced"
 	fi
 	for op in NonZero ScatterElements If; do
 		[ "$(opcount "$out" $op)" = 0 ] || fail "$name: $op left in the repaired model"
