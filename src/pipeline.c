@@ -50,7 +50,8 @@ static void *prefetch_run(void *p)
 }
 
 /* What the first source() call will most likely open, and with which
- * key; nothing for --check and diagnosis, which read no weights to repair. */
+ * key; nothing for a diagnosis, or a check, which reads weights only for a
+ * damaged layer (the healthy models a pre-commit hook checks read none). */
 static const char *likely(const Spec *spec, const Opts *o, const char **key)
 {
 	const SpecLayer *first = spec && spec->nlayer ? &spec->layer[0] : NULL;
@@ -349,7 +350,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	Layer *L = NULL;
 	size_t nl = 0;
 	Opened *op = arena_alloc(md->a, sizeof *op);
-	int ret = -1;
+	int ret = -1, dry = 0; /* dry: a check is running the repair */
 	memset(r, 0, sizeof *r);
 	/* The caller's prefetch, started before the model's load, else one
 	 * from here on. */
@@ -425,6 +426,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		if (FORM_STATIC(l->form))
 			continue;
 		r->damaged = 1;
+		LayerReport dryr;
 		if (o->check_only) {
 			/* What a repair would insert. */
 			for (int id = 0, k = 0; id < l->spec->experts; id++) {
@@ -433,7 +435,17 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 				else
 					lr->inserted[lr->ninserted++] = id;
 			}
-			continue;
+			/* With the weights it needs, the check runs the repair,
+			 * unsaved and kept out of the report: "needs repair" then
+			 * says this checkpoint can do it, and one that cannot
+			 * stops the check with the repair's line. */
+			if (!l->spec->weights && (int)l->nex < l->spec->experts)
+				continue;
+			dry = 1;
+			dryr = *lr;
+			dryr.ninserted = 0;
+			dryr.inserted = arena_alloc(c.tmp, ((size_t)l->spec->experts + 1) * sizeof *dryr.inserted);
+			lr = &dryr;
 		}
 		if (o->progress)
 			progress_step(o->progress, "rebuilding experts, layer", i + 1, spec->nlayer, NULL);
@@ -489,7 +501,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		}
 	}
 	int check = r->changed && !o->no_check;
-	if (r->changed)
+	if (r->changed && !o->check_only)
 		r->convs_after = count_convs(c.g);
 	/* On the second core the check infers first. After tidy's refresh
 	 * every node input is resolved, so the inference, like the check,
@@ -501,6 +513,8 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 			goto out;
 		check = 0;
 	}
+	if (o->check_only)
+		r->changed = 0; /* the dry repairs: nothing is written */
 	ret = 0;
 	if (c.nlater) {
 		/* The new weights are read when the model is written. */
@@ -514,6 +528,8 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	if (check && !verify_start(md, &c) && g_check(&c, e))
 		ret = -1;
 out:
+	if (ret < 0 && dry)
+		errwrap(e, "needs repair, and the repair would stop");
 	prefetch_end(&own);
 	arena_prefill(0);
 	if (op)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # When detection or the weight mapping fails, the tool says what it found and
 # which experts.yaml key would resolve it, in one line, exit 2, and writes
-# nothing. Then experts.yaml variants of the YOLO-Master pattern cases that
+# nothing; --check with the weights stops the same way. Then experts.yaml variants of the YOLO-Master pattern cases that
 # must repair right (post-TopK weight transform, fp16 checkpoint with
 # BatchNorm eps 1e-3).
 . "$top_srcdir/tests/lib.sh"
@@ -29,6 +29,15 @@ case_ "expert pattern that names nothing" "$d/broken.onnx" "matches no checkpoin
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" "    expert: blocks.{i}"
 # also_ NAME SUBSTRING: the error of the last case_ holds SUBSTRING too.
 also_() { grep -qF -- "$2" "$T/err" || fail "$1: want '$2' in: $(cat "$T/err")"; }
+# --check with the weights runs the repair unsaved: the same mapping error
+# stops it (2, not "needs repair"). Without weights it cannot, and says
+# what is missing (1).
+expect 2 "--check with weights that cannot repair" -- "$BIN" -q --check "$d/broken.onnx" --experts "$T/e.yaml" &&
+	one_line_err "--check with weights that cannot repair" &&
+	also_ "--check with weights that cannot repair" "needs repair, and the repair would stop: layer model.0: tensor"
+grep -v '^weights:' "$T/e.yaml" >"$T/nw.yaml"
+expect 1 "--check without weights" -- "$BIN" --check "$d/broken.onnx" --experts "$T/nw.yaml" &&
+	also_ "--check without weights" "missing 1,2"
 # A scope with nodes but no router: a module that runs every expert (top_k
 # equal to experts, as YOLO-Master's C2fMoA) has nothing to repair, and the
 # error says to drop it; otherwise the scope is likely wrong.
