@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "infer.h"
 #include "moe.h"
 
 /* The next place at or after p where `from` (lf bytes) stands as a whole
@@ -148,9 +149,6 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 			    L->scope);
 	if (L->rank + 1 > 16)
 		return errf(e, "layer %s: expert outputs of rank %d are not supported", L->scope, L->rank);
-	if (c->opset < 11)
-		return errf(e, "layer %s: opset %d has no GatherElements; re-export with opset 11 or newer", L->scope,
-			    c->opset);
 	const char **y = arena_alloc(c->tmp, (size_t)E * sizeof *y);
 	for (size_t i = 0; i < L->nex; i++)
 		y[L->ex[i].id] = L->ex[i].out;
@@ -199,8 +197,25 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 		u[id] = emit_axis1(&m, "Unsqueeze", y[id]);
 	const char *stack = emit(&m, "Concat", u, (size_t)E);
 	g_set_attr_i(c, emit_last(&m), "axis", 1);
-	const char *shape = emit(&m, "Shape", &u[0], 1);
-	const char *idx_shape = emit_ones_shape(&m, L->rank + 1), *w_shape = emit_ones_shape(&m, L->rank);
+	/* Before opset 11 (exports at 9 and 10) there is no GatherElements:
+	 * a slot's expert is picked as torch's own export of gather picks it
+	 * there, OneHot of the index over the expert axis, times the stack,
+	 * summed over that axis (E products where GatherElements reads one;
+	 * the dense dispatch runs every expert anyway). Detection knows the
+	 * form, so the repaired model checks healthy. */
+	int onehot = c->opset < 11, to = 0, icast = 0;
+	const char *depth = NULL, *onoff = NULL, *shape = NULL;
+	if (onehot) {
+		int64_t e1 = E, v01[2] = { 0, 1 };
+		depth = g_add_init_i64(c, c->g, arena_cat(c->a, m.pfx, "depth", NULL), &e1, 1, 0)->name;
+		onoff = g_add_init_i64(c, c->g, arena_cat(c->a, m.pfx, "onehot_values", NULL), v01, 2, 0)->name;
+		to = g_ty_elem(c->g, L->ex[0].out);
+		/* ONNX Runtime's OneHot takes int32 indices only with float depth */
+		icast = g_ty_elem(c->g, L->indices) != ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+	} else {
+		shape = emit(&m, "Shape", &u[0], 1);
+	}
+	const char *idx_shape = onehot ? NULL : emit_ones_shape(&m, L->rank + 1), *w_shape = emit_ones_shape(&m, L->rank);
 	/* A condition the dispatch added to the id match (a weight threshold)
 	 * drops the slot it fails: the dense sum zeroes its weight. */
 	const char *weights = L->weights;
@@ -211,19 +226,42 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 		int64_t jj = j;
 		const char *slot =
 			g_add_init_i64(c, c->g, arena_printf(c->a, "%sslot_%d", m.pfx, j), &jj, 1, 1)->name;
-		const char *ij = emit_gather(&m, L->indices, slot, 1), *ir;
-		if (L->permap) { /* [B,S...] -> [B,1,1,S...]: one expert per position */
-			ir = emit_axis1(&m, "Unsqueeze", emit_axis1(&m, "Unsqueeze", ij));
+		const char *ij = emit_gather(&m, L->indices, slot, 1), *ir, *sq;
+		if (onehot) {
+			/* [B] -> [B,1...] or [B,S...] -> [B,1,S...]; OneHot then
+			 * inserts the expert axis at 1, the stack's. */
+			if (L->permap) {
+				ir = emit_axis1(&m, "Unsqueeze", ij);
+			} else {
+				const char *r1[] = { ij, w_shape };
+				ir = emit(&m, "Reshape", r1, 2);
+			}
+			if (icast) {
+				ir = emit(&m, "Cast", &ir, 1);
+				g_set_attr_i(c, emit_last(&m), "to", ONNX__TENSOR_PROTO__DATA_TYPE__INT64);
+			}
+			const char *o1[] = { ir, depth, onoff };
+			const char *oh = emit(&m, "OneHot", o1, 3);
+			g_set_attr_i(c, emit_last(&m), "axis", 1);
+			oh = emit(&m, "Cast", &oh, 1);
+			g_set_attr_i(c, emit_last(&m), "to", to ? to : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+			const char *p1[] = { stack, oh };
+			sq = emit_axis1(&m, "ReduceSum", emit(&m, "Mul", p1, 2));
+			g_set_attr_i(c, emit_last(&m), "keepdims", 0);
 		} else {
-			const char *r1[] = { ij, idx_shape };
-			ir = emit(&m, "Reshape", r1, 2);
+			if (L->permap) { /* [B,S...] -> [B,1,1,S...]: one expert per position */
+				ir = emit_axis1(&m, "Unsqueeze", emit_axis1(&m, "Unsqueeze", ij));
+			} else {
+				const char *r1[] = { ij, idx_shape };
+				ir = emit(&m, "Reshape", r1, 2);
+			}
+			const char *x1[] = { ir, shape };
+			const char *ie = emit(&m, "Expand", x1, 2);
+			const char *g1[] = { stack, ie };
+			const char *ge = emit(&m, "GatherElements", g1, 2);
+			g_set_attr_i(c, emit_last(&m), "axis", 1);
+			sq = emit_axis1(&m, "Squeeze", ge);
 		}
-		const char *x1[] = { ir, shape };
-		const char *ie = emit(&m, "Expand", x1, 2);
-		const char *g1[] = { stack, ie };
-		const char *ge = emit(&m, "GatherElements", g1, 2);
-		g_set_attr_i(c, emit_last(&m), "axis", 1);
-		const char *sq = emit_axis1(&m, "Squeeze", ge);
 		const char *wj = emit_gather(&m, weights, slot, 1), *wr;
 		if (L->permap) {
 			wr = emit_axis1(&m, "Unsqueeze", wj);

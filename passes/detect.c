@@ -109,6 +109,13 @@ static int const_int1(const Graph *g, const char *name, int64_t *v)
 	return 0;
 }
 
+/* ScatterElements, or Scatter, its name before opset 11 (the same
+ * semantics, no reduction): exports at opsets 9 and 10 scatter with it. */
+static int is_scatter_el(const Node *n)
+{
+	return g_is(n, "ScatterElements") || g_is(n, "Scatter");
+}
+
 /* Constants and values computed from constants alone (unfolded exports
  * keep Unsqueeze(weight) and the like). Bounded: deeper chains count as
  * not constant, which only makes detection stricter. */
@@ -271,10 +278,41 @@ typedef struct {
 	int64_t *id;
 	const char **view;
 	size_t n, cap;
-	int dense;      /* a view indexes GatherElements: the dense form */
+	int dense;      /* a view indexes GatherElements (or OneHot, before opset 11): the dense form */
 	int sparse;     /* a view picks rows of stacked expert weights: the sparse form */
 	Arena *a;
 } Views;
+
+/* n is a OneHot whose output, cast or not, multiplies something that a
+ * ReduceSum then sums over the one-hot axis alone: torch's export of
+ * gather before opset 11, the dense form's pick there. Summing over
+ * another axis (ES_MOE's per-pixel weight map sums the top-k slots) or
+ * only counting expert use is not one. */
+static int onehot_gather(const Graph *g, const Node *n)
+{
+	int r = g_ty_rank(g, n->output[0]);
+	int64_t ax = g_attr_i(n, "axis", -1), rx;
+	if (ax < 0)
+		ax += r >= 0 ? r : INT64_MIN / 2;
+	const Val *v = g_val(g, n->output[0]);
+	if (v && v->nuse == 1 && g_is(v->use[0].n, "Cast"))
+		v = g_val(g, v->use[0].n->output[0]);
+	if (ax < 0 || !v || v->nuse != 1 || !g_is(v->use[0].n, "Mul"))
+		return 0;
+	v = g_val(g, v->use[0].n->output[0]);
+	const Node *red = v && v->nuse == 1 && g_is(v->use[0].n, "ReduceSum") ? v->use[0].n : NULL;
+	if (!red)
+		return 0;
+	const Onnx__AttributeProto *a = g_attr(red, "axes");
+	if (a ? a->n_ints != 1 : !const_int1(g, nin(red, 1), &rx))
+		return 0;
+	if (a)
+		rx = a->ints[0];
+	int rr = g_ty_rank(g, red->input[0]);
+	if (rx < 0)
+		rx += rr >= 0 ? rr : INT64_MIN / 2;
+	return rx == ax;
+}
 
 static unsigned view_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 {
@@ -296,7 +334,7 @@ static unsigned view_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 		w->view[w->n++] = v;
 		return 0;
 	}
-	if (g_is(n, "GatherElements") && slot == 1) {
+	if ((g_is(n, "GatherElements") && slot == 1) || (g_is(n, "OneHot") && slot == 0 && onehot_gather(g, n))) {
 		w->dense = 1;
 		return 0;
 	}
@@ -401,7 +439,7 @@ static unsigned coord_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 		push(k->a, &k->use, &k->nuse, n);
 		return 0;
 	}
-	if ((g_is(n, "ScatterElements") || g_is(n, "ScatterND")) && slot == 1) {
+	if ((is_scatter_el(n) || g_is(n, "ScatterND")) && slot == 1) {
 		push(k->a, &k->use, &k->nuse, n);
 		return 0;
 	}
@@ -510,7 +548,7 @@ static const char *map_weights(const Graph *g, Node *n, Node *z, const char *ind
 	if (ax != 1 || st != id || en != id + 1 || step != 1)
 		return NULL;
 	Node *sc = def_of(g, uncast(g, s->input[0]));
-	if (!sc || !g_is(sc, "ScatterElements") || g_attr_i(sc, "axis", 0) != 1 || g_attr(sc, "reduction") ||
+	if (!sc || !is_scatter_el(sc) || g_attr_i(sc, "axis", 0) != 1 || g_attr(sc, "reduction") ||
 	    !g_is_zero(g, sc->input[0]) || strcmp(uncast(g, sc->input[1]), uncast(g, indices)) != 0)
 		return NULL;
 	return sc->input[2];
@@ -783,7 +821,7 @@ static Acc *acc_eval(AccWalk *w, Node *n)
 		}
 		return any ? r : NULL;
 	}
-	if (g_is(n, "ScatterElements") || g_is(n, "ScatterND")) {
+	if (is_scatter_el(n) || g_is(n, "ScatterND")) {
 		Acc *u = acc_of(w, n->input[2]);
 		if (!u || !u->contrib || !acc_or_zero(w, g, n->input[0], &b0))
 			return NULL;
@@ -1040,7 +1078,7 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 		for (size_t i = 0; i < k.nuse; i++) {
 			Node *n = k.use[i];
 			Node *zz = NULL;
-			if (g_is(n, "ScatterElements") || g_is(n, "ScatterND"))
+			if (is_scatter_el(n) || g_is(n, "ScatterND"))
 				continue; /* checked with the routed sum */
 			Graph *ng = g_graph_of(c, n);
 			if (g_is(n, "Gather") && g_attr_i(n, "axis", 0) == 0 && nz_coord(ng, n->input[1], &zz) == 0 &&
@@ -1252,7 +1290,7 @@ static unsigned unknown_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 		u->hit = n;
 		return 0;
 	}
-	if ((g_is(n, "ScatterElements") || g_is(n, "ScatterND")) && slot == 1)
+	if ((is_scatter_el(n) || g_is(n, "ScatterND")) && slot == 1)
 		return is_const(g, nin(n, 0), 0) ? ~0u : 0;
 	if (g_is(n, "OneHot") && slot == 0)
 		return ~0u;

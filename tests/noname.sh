@@ -23,7 +23,7 @@ for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/*/ "$top_s
 		--report "$T/$name.json" || continue
 	"$node" "$cmp" "$out" "$dir" --right >"$T/ort" 2>&1 && ok "$name: matches eager PyTorch" ||
 		fail "$name: ONNX Runtime: $(tail -n 1 "$T/ort")"
-	for op in NonZero ScatterElements If; do
+	for op in NonZero ScatterElements Scatter If; do
 		[ "$(opcount "$out" $op)" = 0 ] || fail "$name: $op left in the repaired model"
 	done
 	want=

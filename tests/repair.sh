@@ -48,7 +48,7 @@ for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/ "$top_src
 	else
 		ok "$name: the references catch the $moved re-inserted tensors misplaced"
 	fi
-	for op in NonZero ScatterElements If; do
+	for op in NonZero ScatterElements Scatter If; do
 		[ "$(opcount "$out" $op)" = 0 ] || fail "$name: $op left in the repaired model"
 	done
 	want=

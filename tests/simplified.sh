@@ -13,7 +13,7 @@ needs_onnx_ort "to make simplified copies"
 
 # The traced dispatch is gone from a repair.
 no_dispatch_left() {
-	for op in NonZero ScatterElements If; do
+	for op in NonZero ScatterElements Scatter If; do
 		[ "$(opcount "$1" $op)" = 0 ] || fail "$name: $op left in the $2 repair"
 	done
 }

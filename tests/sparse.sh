@@ -48,7 +48,7 @@ for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/*/ "$top_s
 		else
 			ok "$name: $(wc -l <"$T/disp" | tr -d ' ') layer(s) dense, as sparse.fallback says"
 		fi
-		for op in If Loop NonZero ScatterElements ScatterND; do
+		for op in If Loop NonZero ScatterElements Scatter ScatterND; do
 			[ "$(opcount "$out" $op)" = 0 ] || fail "$name: $op in the repaired model"
 		done
 		continue
@@ -58,7 +58,7 @@ for dir in "$top_srcdir"/testdata/*/ "$top_srcdir"/../shared/corpus/*/*/ "$top_s
 	else
 		ok "$name: $(wc -l <"$T/disp" | tr -d ' ') layer(s) sparse"
 	fi
-	for op in If Loop NonZero ScatterElements; do
+	for op in If Loop NonZero ScatterElements Scatter; do
 		[ "$(opcount "$out" $op)" = 0 ] || fail "$name: $op in the sparse model"
 	done
 	[ "$(opcount "$out" GatherElements)" -le "$(opcount "$dir/broken.onnx" GatherElements)" ] ||

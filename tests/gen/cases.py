@@ -258,10 +258,18 @@ def dead_bn():
 			"float16 cannot tell one eps from another, and the missing experts' are not")
 
 
+def old_opset():
+	"""Opset 10, as exports for older runtimes ask: index_add_ scatters with
+	Scatter (ScatterElements' name before opset 11), and the repair has no
+	GatherElements to pick a slot's expert with."""
+	return G.LoopNet([G.stem(3, 8, 1), G.CastMoE(8, 4, 2, style="both"), G.stem(8, 8),
+		G.CastMoE(8, 6, 2, "k3", style="after")]), dict(c=3, hw=16, opset=10, pairs=4)
+
+
 CASES = {f.__name__: f for f in (example, single_gn, detector_k2, detector_k1,
 	dynbatch, sharedstem, convkinds, scripted_if, yolo_reshape, yolo_cast, bare_module,
 	nested_scope, gated_fusion, adaptive_gate, fp16_eps, scripted_gather, batch2, dead_norms,
-	inits_as_inputs, dead_bn, own_eps)}
+	inits_as_inputs, dead_bn, own_eps, old_opset)}
 
 
 def main(argv):
