@@ -116,6 +116,18 @@ static int is_scatter_el(const Node *n)
 	return g_is(n, "ScatterElements") || g_is(n, "Scatter");
 }
 
+/* The one axis a ReduceSum sums over (attribute before opset 13, input
+ * from 13), as written: 1 and *ax, or 0 for none or several. */
+static int reduce_axis1(const Graph *g, const Node *red, int64_t *ax)
+{
+	const Onnx__AttributeProto *a = g_attr(red, "axes");
+	if (a) {
+		*ax = a->n_ints == 1 ? a->ints[0] : 0;
+		return a->n_ints == 1;
+	}
+	return red->n_input > 1 && g_const_ints(g, red->input[1], ax, 1) == 1;
+}
+
 /* Constants and values computed from constants alone (unfolded exports
  * keep Unsqueeze(weight) and the like). Bounded: deeper chains count as
  * not constant, which only makes detection stricter. */
@@ -303,11 +315,8 @@ static int onehot_gather(const Graph *g, const Node *n)
 	const Node *red = v && v->nuse == 1 && g_is(v->use[0].n, "ReduceSum") ? v->use[0].n : NULL;
 	if (!red)
 		return 0;
-	const Onnx__AttributeProto *a = g_attr(red, "axes");
-	if (a ? a->n_ints != 1 : !const_int1(g, nin(red, 1), &rx))
+	if (!reduce_axis1(g, red, &rx))
 		return 0;
-	if (a)
-		rx = a->ints[0];
 	int rr = g_ty_rank(g, red->input[0]);
 	if (rx < 0)
 		rx += rr >= 0 ? rr : INT64_MIN / 2;
@@ -1133,22 +1142,13 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 		Graph *sg = g_graph_of(c, s);
 		Val *sv = g_val(sg, s->output[0]);
 		Node *red = sv && sv->nuse == 1 ? sv->use[0].n : NULL;
-		int64_t ax[2];
-		long na = -1;
-		if (red && g_is(red, "ReduceSum")) {
-			const Onnx__AttributeProto *a = g_attr(red, "axes");
-			if (a && a->n_ints == 1) {
-				ax[0] = a->ints[0];
-				na = 1;
-			} else if (!a && red->n_input > 1) {
-				na = g_const_ints(g_graph_of(c, red), red->input[1], ax, 2);
-			}
-		}
+		int64_t ax = 0;
+		int one = red && g_is(red, "ReduceSum") && reduce_axis1(g_graph_of(c, red), red, &ax);
 		/* The slot axis is 1; exporters of axis=-1 routers write -1. */
 		int wr = g_ty_rank(sg, m.wsum_w);
-		if (na == 1 && ax[0] < 0 && wr > 0)
-			ax[0] += wr;
-		if (!red || !g_is(red, "ReduceSum") || na != 1 || ax[0] != 1)
+		if (one && ax < 0 && wr > 0)
+			ax += wr;
+		if (!one || ax != 1)
 			return errf(e, "layer %s: expert %d's weight W*(match) is not summed over the slot axis; the layer cannot be repaired safely",
 				    L->scope, x->id);
 		wsrc = m.wsum_w;
