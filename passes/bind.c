@@ -130,7 +130,7 @@ static int by_value(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, i
 				continue;
 			WSrc *w = src(ud, sl, e);
 			if (!w)
-				return -1;
+				return -1; /* the weights file's error names the file */
 			if (!sizes_fit(c, sl, &L[j], w))
 				continue;
 			Layer t = L[j];
@@ -149,16 +149,19 @@ static int by_value(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, i
 			int shared = 0;
 			for (size_t i2 = 0; i2 < s->nlayer && !shared; i2++)
 				shared = i2 != i && !bound[i2] && same_pool(c, sl, &s->layer[i2], w);
-			if (!shared)
-				return errf(e, "layer %s: the experts of two routers ('%s', '%s') match the checkpoint under '%s'; set router.indices in experts.yaml",
-					    sl->scope, L[first].scope, L[j].scope, expert_path(c, sl, L[j].ex[0].id));
+			if (!shared) {
+				errf(e, "layer %s: the experts of two routers ('%s', '%s') match the checkpoint under '%s'; set router.indices in experts.yaml",
+				     sl->scope, L[first].scope, L[j].scope, expert_path(c, sl, L[j].ex[0].id));
+				return spec_wrap(e, s, sl);
+			}
 		}
 		if (nfit) {
 			bound[i] = &L[first];
 			taken[first] = 1;
 		} else if (why.msg[0]) {
-			return errf(e, "layer %s: no node name lies under this scope, and no router's experts match the checkpoint under it by value (closest: %s)",
-				    sl->scope, why.msg);
+			errf(e, "layer %s: no node name lies under this scope, and no router's experts match the checkpoint under it by value (closest: %s)",
+			     sl->scope, why.msg);
+			return spec_wrap(e, s, sl);
 		}
 	}
 	return 0;
@@ -189,16 +192,19 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 		const SpecLayer *sl = &s->layer[i];
 		bound[i] = NULL;
 		if (sl->router_indices) {
-			if (!g_val(c->g, sl->router_indices))
-				return errf(e, "layer %s: router.indices '%s' is not a value of the model", sl->scope,
-					    sl->router_indices);
+			if (!g_val(c->g, sl->router_indices)) {
+				errf(e, "layer %s: router.indices '%s' is not a value of the model", sl->scope, sl->router_indices);
+				return spec_wrap(e, s, sl);
+			}
 			for (size_t j = 0; j < nl; j++)
 				if (strcmp(L[j].topk->output[1], sl->router_indices) == 0 ||
 				    (L[j].indices && strcmp(L[j].indices, sl->router_indices) == 0))
 					bound[i] = &L[j];
-			if (!bound[i])
-				return errf(e, "layer %s: router.indices '%s' is not the indices of any router the dispatch compares with expert ids",
-					    sl->scope, sl->router_indices);
+			if (!bound[i]) {
+				errf(e, "layer %s: router.indices '%s' is not the indices of any router the dispatch compares with expert ids",
+				     sl->scope, sl->router_indices);
+				return spec_wrap(e, s, sl);
+			}
 			continue;
 		}
 		int best = 0, nbest = 0;
@@ -212,17 +218,20 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 				nbest++;
 			}
 		}
-		if (nbest > 1)
-			return errf(e, "layer %s: %d routers sit under this scope; set router.indices in experts.yaml",
-				    sl->scope, nbest);
+		if (nbest > 1) {
+			errf(e, "layer %s: %d routers sit under this scope; set router.indices in experts.yaml", sl->scope, nbest);
+			return spec_wrap(e, s, sl);
+		}
 	}
 	for (size_t i = 0; i < s->nlayer; i++) {
 		if (!bound[i])
 			continue;
 		size_t j = (size_t)(bound[i] - L);
-		if (taken[j])
-			return errf(e, "layer %s: its router '%s' is also another experts.yaml layer's; give each layer its own scope",
-				    s->layer[i].scope, L[j].topk->name ? L[j].topk->name : "");
+		if (taken[j]) {
+			errf(e, "layer %s: its router '%s' is also another experts.yaml layer's; give each layer its own scope",
+			     s->layer[i].scope, L[j].topk->name ? L[j].topk->name : "");
+			return spec_wrap(e, s, &s->layer[i]);
+		}
 		taken[j] = 1;
 	}
 	if (by_value(c, s, L, nl, bound, taken, src, ud, e))
@@ -242,16 +251,16 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 	for (size_t i = 0; i < s->nlayer; i++) {
 		const Node *in = bound[i] || !*s->layer[i].scope ? NULL : node_under(c, s->layer[i].scope);
 		if (!bound[i] && in)
-			return errf(e, "layer %s: node '%s' lies under this scope, but no MoE router does (%s)%s", s->layer[i].scope,
-				    in->name, nl ? arena_printf(c->tmp, "%zu found elsewhere, first %s", nl, L[0].scope) : "none in the model",
-				    s->layer[i].top_k >= s->layer[i].experts
-					    ? ": with top_k equal to experts the module runs every expert and has nothing to repair; remove the layer from experts.yaml"
-					    : "; check `scope:`");
-		if (!bound[i])
-			return errf(e, "layer %s: no MoE router of the model is under this scope (%zu found%s%s); check `scope:`",
-				    s->layer[i].scope, nl, nl ? ", first " : "", nl ? L[0].scope : "");
-		if (check_agree(&s->layer[i], bound[i], e) || overrides(c, &s->layer[i], bound[i], e))
-			return -1;
+			errf(e, "layer %s: node '%s' lies under this scope, but no MoE router does (%s)%s", s->layer[i].scope,
+			     in->name, nl ? arena_printf(c->tmp, "%zu found elsewhere, first %s", nl, L[0].scope) : "none in the model",
+			     s->layer[i].top_k >= s->layer[i].experts
+				     ? ": with top_k equal to experts the module runs every expert and has nothing to repair; remove the layer from experts.yaml"
+				     : "; check `scope:`");
+		else if (!bound[i])
+			errf(e, "layer %s: no MoE router of the model is under this scope (%zu found%s%s); check `scope:`",
+			     s->layer[i].scope, nl, nl ? ", first " : "", nl ? L[0].scope : "");
+		if (!bound[i] || check_agree(&s->layer[i], bound[i], e) || overrides(c, &s->layer[i], bound[i], e))
+			return spec_wrap(e, s, &s->layer[i]);
 		bound[i]->spec = &s->layer[i];
 		bound[i]->scope = s->layer[i].scope;
 	}

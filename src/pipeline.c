@@ -455,10 +455,11 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		lr->expert_flops = moe_expert_flops(l);
 		size_t expert_bytes = moe_expert_bytes(&c, l);
 		int sparse = 0;
-		if (o->dispatch == DISPATCH_SPARSE && (sparse = moe_sparse(&c, l, w, lr, e)) < 0)
+		if ((o->dispatch == DISPATCH_SPARSE && (sparse = moe_sparse(&c, l, w, lr, e)) < 0) ||
+		    (!sparse && moe_densify(&c, l, w, lr, e))) {
+			spec_wrap(e, spec, l->spec);
 			goto out;
-		if (!sparse && moe_densify(&c, l, w, lr, e))
-			goto out;
+		}
 		if (!sparse)
 			lr->dispatch = "dense";
 		/* The layer's mappings, converted checkpoint tensors and

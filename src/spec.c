@@ -459,6 +459,13 @@ int spec_load(Spec *s, const char *path, Arena *a, Err *e)
 	return rc;
 }
 
+int spec_wrap(Err *e, const Spec *s, const SpecLayer *l)
+{
+	if (s && s->path && l && l->line > 0)
+		errwrap(e, "%s:%d:%d", s->path, l->line, l->col);
+	return -1;
+}
+
 const char *spec_expert_path(Arena *a, const SpecLayer *l, int i)
 {
 	const char *pat = l->expert ? l->expert : "experts.{i}";

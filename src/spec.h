@@ -34,6 +34,10 @@ int spec_load(Spec *s, const char *path, Arena *a, Err *e);
  * weights paths relative to dir (the folder the file goes to), every
  * non-default key, and `why` as comments (one line per layer, NULL: none). */
 int spec_write(FILE *f, const Spec *s, const char *dir, const char *const *why, Arena *a, Err *e);
+/* Prefixes e's message with where layer l's entry is, "experts.yaml:LINE:COL",
+ * when l was read from a file (an inferred layer has no place), so an
+ * error about a layer points at the entry to fix. Returns -1. */
+int spec_wrap(Err *e, const Spec *s, const SpecLayer *l);
 /* Expands the layer's expert pattern for expert i: "experts.3". */
 const char *spec_expert_path(Arena *a, const SpecLayer *l, int i);
 

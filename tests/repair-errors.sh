@@ -34,7 +34,7 @@ also_() { grep -qF -- "$2" "$T/err" || fail "$1: want '$2' in: $(cat "$T/err")";
 # what is missing (1).
 expect 2 "--check with weights that cannot repair" -- "$BIN" -q --check "$d/broken.onnx" --experts "$T/e.yaml" &&
 	one_line_err "--check with weights that cannot repair" &&
-	also_ "--check with weights that cannot repair" "needs repair, and the repair would stop: layer model.0: tensor"
+	also_ "--check with weights that cannot repair" "needs repair, and the repair would stop: $T/e.yaml:3:5: layer model.0: tensor"
 grep -v '^weights:' "$T/e.yaml" >"$T/nw.yaml"
 expect 1 "--check without weights" -- "$BIN" --check "$d/broken.onnx" --experts "$T/nw.yaml" &&
 	also_ "--check without weights" "missing 1,2"
@@ -50,10 +50,18 @@ case_ "scope of a module without a router" "$k2/broken.onnx" "no MoE router does
 also_ "scope of a module without a router" "; check \`scope:\`"
 
 # A top_k or experts count that disagrees with the graph is refused, naming
-# both values, before any weight is looked up.
-case_ "top_k that disagrees with the router" "$d/broken.onnx" "experts.yaml says top_k: 1, but the router's TopK" -- \
+# both values, before any weight is looked up, and where the entry is.
+case_ "top_k that disagrees with the router" "$d/broken.onnx" "e.yaml:3:5: layer model.0: experts.yaml says top_k: 1, but the router's TopK" -- \
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 1"
 also_ "top_k that disagrees with the router" "takes 2; fix top_k"
+# The position is the failing entry's, not the first one's; an error of the
+# weight mapping carries it too.
+case_ "experts count of a later layer" "$k2/broken.onnx" "e.yaml:4:5: layer model.3: experts.yaml says experts: 9, but the router scores 8 experts" -- \
+	"weights: $k2/model.safetensors" "moe:" "  - {scope: model.1, experts: 4, top_k: 2}" \
+	"  - {scope: model.3, experts: 9, top_k: 2}" "  - {scope: model.5, experts: 16, top_k: 2}"
+case_ "expert pattern of a later layer" "$k2/broken.onnx" "e.yaml:4:5: layer model.3: tensor" -- \
+	"weights: $k2/model.safetensors" "moe:" "  - {scope: model.1, experts: 4, top_k: 2}" \
+	"  - {scope: model.3, experts: 8, top_k: 2, expert: 'blocks.{i}'}" "  - {scope: model.5, experts: 16, top_k: 2}"
 case_ "top_k that disagrees with a router whose weights are transformed after TopK" "$ag/broken.onnx" \
 	"experts.yaml says top_k: 2, but the router's TopK" -- \
 	"weights: $ag/model.safetensors" "moe:" "  - {scope: model.1, experts: 6, top_k: 2}"
