@@ -116,6 +116,13 @@ static int is_scatter_el(const Node *n)
 	return g_is(n, "ScatterElements") || g_is(n, "Scatter");
 }
 
+/* Axis a counted from the front: a negative one plus the rank, when the
+ * rank is known; else as written, and a negative axis then matches none. */
+static int64_t axis_fwd(int64_t a, int rank)
+{
+	return a < 0 && rank >= 0 ? a + rank : a;
+}
+
 /* The one axis a ReduceSum sums over (attribute before opset 13, input
  * from 13), as written: 1 and *ax, or 0 for none or several. */
 static int reduce_axis1(const Graph *g, const Node *red, int64_t *ax)
@@ -302,10 +309,7 @@ typedef struct {
  * only counting expert use is not one. */
 static int onehot_gather(const Graph *g, const Node *n)
 {
-	int r = g_ty_rank(g, n->output[0]);
-	int64_t ax = g_attr_i(n, "axis", -1), rx;
-	if (ax < 0)
-		ax += r >= 0 ? r : INT64_MIN / 2;
+	int64_t ax = axis_fwd(g_attr_i(n, "axis", -1), g_ty_rank(g, n->output[0])), rx;
 	const Val *v = g_val(g, n->output[0]);
 	if (v && v->nuse == 1 && g_is(v->use[0].n, "Cast"))
 		v = g_val(g, v->use[0].n->output[0]);
@@ -315,12 +319,7 @@ static int onehot_gather(const Graph *g, const Node *n)
 	const Node *red = v && v->nuse == 1 && g_is(v->use[0].n, "ReduceSum") ? v->use[0].n : NULL;
 	if (!red)
 		return 0;
-	if (!reduce_axis1(g, red, &rx))
-		return 0;
-	int rr = g_ty_rank(g, red->input[0]);
-	if (rx < 0)
-		rx += rr >= 0 ? rr : INT64_MIN / 2;
-	return rx == ax;
+	return reduce_axis1(g, red, &rx) && axis_fwd(rx, g_ty_rank(g, red->input[0])) == ax;
 }
 
 static unsigned view_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
@@ -1145,10 +1144,7 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 		int64_t ax = 0;
 		int one = red && g_is(red, "ReduceSum") && reduce_axis1(g_graph_of(c, red), red, &ax);
 		/* The slot axis is 1; exporters of axis=-1 routers write -1. */
-		int wr = g_ty_rank(sg, m.wsum_w);
-		if (one && ax < 0 && wr > 0)
-			ax += wr;
-		if (!one || ax != 1)
+		if (!one || axis_fwd(ax, g_ty_rank(sg, m.wsum_w)) != 1)
 			return errf(e, "layer %s: expert %d's weight W*(match) is not summed over the slot axis; the layer cannot be repaired safely",
 				    L->scope, x->id);
 		wsrc = m.wsum_w;
@@ -1360,12 +1356,9 @@ static int channel_cut(const Graph *g, const Node *n, int64_t width, int64_t *ch
 		   !const_int1(g, n->input[3], &ax) || (n->n_input > 4 && *n->input[4] && !const_int1(g, n->input[4], &st))) {
 		return 0;
 	}
-	int rank = g_ty_rank(g, n->input[0]);
-	if (ax < 0 && rank > 0)
-		ax += rank;
 	if (s < 0)
 		s += width;
-	if (ax != 1 || st != 1 || e != s + 1)
+	if (axis_fwd(ax, g_ty_rank(g, n->input[0])) != 1 || st != 1 || e != s + 1)
 		return 0;
 	*ch = s;
 	return 1;
