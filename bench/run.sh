@@ -70,7 +70,8 @@ mib() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 met() { if le "$1" "$2"; then echo "met"; else echo "missed ($(ratio "$1" "$2")x the target)"; fi; }
-bytes() { cat "$@" | wc -c; }
+# bytes FILE...: their total size, from the file system (no reading).
+bytes() { stat -c %s "$@" | awk '{ n += $1 } END { printf "%.0f\n", n }'; }
 # settle: each section starts with no write-back pending from the one
 # before (gigabytes of outputs), which would land in its timings.
 settle() { sync; }
