@@ -32,6 +32,43 @@ static const Node *node_under(Ctx *c, const char *scope)
 	return NULL;
 }
 
+/* The module path an unbound experts.yaml scope most likely meant: the
+ * one module, at or above an unbound router, that scope names in another
+ * spelling (ONNX's "/model.5"), with a suffix of it ("5"), or with more
+ * before it (named_modules() of a wrapper: "model.model.5"). NULL when
+ * none or several fit: a hint is only given when it cannot mislead. */
+static const char *scope_hint(Ctx *c, const char *scope, const Layer *L, size_t nl, const int *taken)
+{
+	char *u = arena_strdup(c->tmp, scope + strspn(scope, "/."));
+	for (char *p = u; *p; p++)
+		if (*p == '/')
+			*p = '.';
+	for (size_t n = strlen(u); n && u[n - 1] == '.'; n--)
+		u[n - 1] = 0;
+	size_t lu = strlen(u);
+	const char *hit = NULL;
+	for (size_t j = 0; j < nl && lu; j++) {
+		const char *m = L[j].module && *L[j].module ? L[j].module : L[j].topmodule;
+		if (taken[j] || !m)
+			continue;
+		/* Each module at or above m: a prefix ending at a dot or m's end. */
+		for (size_t n = 1, lm = strlen(m); n <= lm; n++) {
+			if (m[n] != '.' && m[n])
+				continue;
+			int same = n == lu && !strncmp(m, u, n),
+			    tail = n > lu && m[n - lu - 1] == '.' && !strncmp(m + n - lu, u, lu),
+			    head = lu > n && u[lu - n - 1] == '.' && !strncmp(u + lu - n, m, n);
+			if (!same && !tail && !head)
+				continue;
+			if (hit && (strlen(hit) != n || strncmp(hit, m, n)))
+				return NULL;
+			hit = arena_printf(c->tmp, "%.*s", (int)n, m);
+			break;
+		}
+	}
+	return hit && strcmp(hit, scope) ? hit : NULL;
+}
+
 /* How strongly names tie spec layer s to detected layer L: experts whose
  * nodes sit at s's path for their own id count 2 each, a router under the
  * scope 1. From the module and pattern detection read off the names, so
@@ -256,9 +293,12 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 			     s->layer[i].top_k >= s->layer[i].experts
 				     ? ": with top_k equal to experts the module runs every expert and has nothing to repair; remove the layer from experts.yaml"
 				     : "; check `scope:`");
-		else if (!bound[i])
-			errf(e, "layer %s: no MoE router of the model is under this scope (%zu found%s%s); check `scope:`",
-			     s->layer[i].scope, nl, nl ? ", first " : "", nl ? L[0].scope : "");
+		else if (!bound[i]) {
+			const char *hint = scope_hint(c, s->layer[i].scope, L, nl, taken);
+			errf(e, "layer %s: no MoE router of the model is under this scope (%zu found%s%s); %s%s%s",
+			     s->layer[i].scope, nl, nl ? ", first " : "", nl ? L[0].scope : "",
+			     hint ? "did you mean `scope: " : "check `scope:`", hint ? hint : "", hint ? "`?" : "");
+		}
 		if (!bound[i] || check_agree(&s->layer[i], bound[i], e) || overrides(c, &s->layer[i], bound[i], e))
 			return spec_wrap(e, s, &s->layer[i]);
 		bound[i]->spec = &s->layer[i];

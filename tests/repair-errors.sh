@@ -38,6 +38,18 @@ expect 2 "--check with weights that cannot repair" -- "$BIN" -q --check "$d/brok
 grep -v '^weights:' "$T/e.yaml" >"$T/nw.yaml"
 expect 1 "--check without weights" -- "$BIN" --check "$d/broken.onnx" --experts "$T/nw.yaml" &&
 	also_ "--check without weights" "missing 1,2"
+# A scope written another way than named_modules() (ONNX's "/model.3", the
+# layer index alone, a wrapper's "model.model.5") gets the one module it
+# fits, and only then is a guess made.
+for sc in /model.3 /model.3/ 3 model.model.3; do
+	case_ "scope spelt $sc" "$k2/broken.onnx" "layer $sc: no MoE router of the model is under this scope" -- \
+		"weights: $k2/model.safetensors" "moe:" "  - {scope: model.1, experts: 4, top_k: 2}" \
+		"  - {scope: '$sc', experts: 8, top_k: 2}" "  - {scope: model.5, experts: 16, top_k: 2}"
+	also_ "scope spelt $sc" "did you mean \`scope: model.3\`?"
+done
+case_ "scope that fits no module" "$k2/broken.onnx" "layer router: no MoE router of the model is under this scope" -- \
+	"weights: $k2/model.safetensors" "moe:" "  - {scope: router, experts: 8, top_k: 2}"
+also_ "scope that fits no module" "; check \`scope:\`"
 # A scope with nodes but no router: a module that runs every expert (top_k
 # equal to experts, as YOLO-Master's C2fMoA) has nothing to repair, and the
 # error says to drop it; otherwise the scope is likely wrong.
