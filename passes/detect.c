@@ -1696,9 +1696,12 @@ int moe_find(Ctx *c, const Spec *s, int lenient, Layer **out, size_t *n, Err *e)
 			cap = cap ? 2 * cap : 8;
 			L = arena_grow(c->a, L, nl * sizeof *L, cap * sizeof *L);
 		}
-		int r = analyse(c, t, hint_for(c, s, t), &L[nl], e);
+		const SpecLayer *h = hint_for(c, s, t);
+		int r = analyse(c, t, h, &L[nl], e);
+		/* A refused router under an experts.yaml entry: the line
+		 * points at the entry (by name; a name-free one has none). */
 		if (r < 0 && !lenient)
-			return -1;
+			return h ? spec_wrap(e, s, h) : -1;
 		if (r < 0) {
 			Layer *l = &L[nl];
 			memset(l, 0, sizeof *l);

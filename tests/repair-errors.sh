@@ -50,6 +50,10 @@ done
 case_ "scope that fits no module" "$k2/broken.onnx" "layer router: no MoE router of the model is under this scope" -- \
 	"weights: $k2/model.safetensors" "moe:" "  - {scope: router, experts: 8, top_k: 2}"
 also_ "scope that fits no module" "; check \`scope:\`"
+# A router detection refuses under an entry's scope: the line points at it.
+dx=$top_srcdir/tests/unrepairable/dilated_experts
+case_ "detection refusal under an entry" "$dx/broken.onnx" "e.yaml:4:5: layer /model/model.1/router/TopK: expert 2 differs from expert 0" -- \
+	"weights: $dx/module.pt" "moe:" "  - {scope: model.0, experts: 2, top_k: 1}" "  - {scope: model.1, experts: 4, top_k: 2}"
 # A scope with nodes but no router: a module that runs every expert (top_k
 # equal to experts, as YOLO-Master's C2fMoA) has nothing to repair, and the
 # error says to drop it; otherwise the scope is likely wrong.
