@@ -39,8 +39,8 @@ grep -v '^weights:' "$T/e.yaml" >"$T/nw.yaml"
 expect 1 "--check without weights" -- "$BIN" --check "$d/broken.onnx" --experts "$T/nw.yaml" &&
 	also_ "--check without weights" "missing 1,2"
 # A scope written another way than named_modules() (ONNX's "/model.3", the
-# layer index alone, a wrapper's "model.model.5") gets the one module it
-# fits, and only then is a guess made.
+# layer index alone, a wrapper's "model.model.3") is answered with the module
+# it spells; a guess is made only when exactly one module fits.
 for sc in /model.3 /model.3/ 3 model.model.3; do
 	case_ "scope spelt $sc" "$k2/broken.onnx" "layer $sc: no MoE router of the model is under this scope" -- \
 		"weights: $k2/model.safetensors" "moe:" "  - {scope: model.1, experts: 4, top_k: 2}" \
