@@ -32,6 +32,12 @@ static const Node *node_under(Ctx *c, const char *scope)
 	return NULL;
 }
 
+/* Whether a (la chars) ends with "." and then b (lb chars). */
+static int dot_tail(const char *a, size_t la, const char *b, size_t lb)
+{
+	return la > lb && a[la - lb - 1] == '.' && !strncmp(a + la - lb, b, lb);
+}
+
 /* The module path an unbound experts.yaml scope most likely meant: the
  * one module, at or above an unbound router, that scope names in another
  * spelling (ONNX's "/model.5"), with a suffix of it ("5"), or with more
@@ -55,10 +61,7 @@ static const char *scope_hint(Ctx *c, const char *scope, const Layer *L, size_t 
 		for (size_t n = 1, lm = strlen(m); n <= lm; n++) {
 			if (m[n] != '.' && m[n])
 				continue;
-			int same = n == lu && !strncmp(m, u, n),
-			    tail = n > lu && m[n - lu - 1] == '.' && !strncmp(m + n - lu, u, lu),
-			    head = lu > n && u[lu - n - 1] == '.' && !strncmp(u + lu - n, m, n);
-			if (!same && !tail && !head)
+			if (!(n == lu && !strncmp(m, u, n)) && !dot_tail(m, n, u, lu) && !dot_tail(u, lu, m, n))
 				continue;
 			if (hit && (strlen(hit) != n || strncmp(hit, m, n)))
 				return NULL;
