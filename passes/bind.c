@@ -92,14 +92,14 @@ static int check_agree(const SpecLayer *s, const Layer *L, Err *e)
 {
 	if (L->topk_k >= 0 && L->topk_k != s->top_k)
 		return errf(e, "layer %s: experts.yaml says top_k: %d, but the router's TopK '%s' takes %lld; fix top_k",
-			    s->scope, s->top_k, L->topk->name ? L->topk->name : "", (long long)L->topk_k);
+			    spec_scope_shown(s->scope), s->top_k, L->topk->name ? L->topk->name : "", (long long)L->topk_k);
 	for (size_t k = 0; k < L->nex; k++)
 		if (L->ex[k].id >= s->experts)
 			return errf(e, "layer %s: the dispatch compares the router indices with expert id %d, but experts: %d; fix experts",
-				    s->scope, L->ex[k].id, s->experts);
+				    spec_scope_shown(s->scope), L->ex[k].id, s->experts);
 	if (L->width >= 0 && L->width != s->experts)
 		return errf(e, "layer %s: experts.yaml says experts: %d, but the router scores %lld experts; fix experts",
-			    s->scope, s->experts, (long long)L->width);
+			    spec_scope_shown(s->scope), s->experts, (long long)L->width);
 	return 0;
 }
 
@@ -191,7 +191,7 @@ static int by_value(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, i
 				shared = i2 != i && !bound[i2] && same_pool(c, sl, &s->layer[i2], w);
 			if (!shared) {
 				errf(e, "layer %s: the experts of two routers ('%s', '%s') match the checkpoint under '%s'; set router.indices in experts.yaml",
-				     sl->scope, L[first].scope, L[j].scope, expert_path(c, sl, L[j].ex[0].id));
+				     spec_scope_shown(sl->scope), L[first].scope, L[j].scope, expert_path(c, sl, L[j].ex[0].id));
 				return spec_wrap(e, s, sl);
 			}
 		}
@@ -200,7 +200,7 @@ static int by_value(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, i
 			taken[first] = 1;
 		} else if (why.msg[0]) {
 			errf(e, "layer %s: no node name lies under this scope, and no router's experts match the checkpoint under it by value (closest: %s)",
-			     sl->scope, why.msg);
+			     spec_scope_shown(sl->scope), why.msg);
 			return spec_wrap(e, s, sl);
 		}
 	}
@@ -217,7 +217,7 @@ static int overrides(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 		if (!*v[i])
 			continue;
 		if (!g_val(c->g, *v[i]))
-			return errf(e, "layer %s: %s '%s' is not a value of the model", s->scope, key[i], *v[i]);
+			return errf(e, "layer %s: %s '%s' is not a value of the model", spec_scope_shown(s->scope), key[i], *v[i]);
 		*dst[i] = *v[i];
 	}
 	return 0;
@@ -233,7 +233,7 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 		bound[i] = NULL;
 		if (sl->router_indices) {
 			if (!g_val(c->g, sl->router_indices)) {
-				errf(e, "layer %s: router.indices '%s' is not a value of the model", sl->scope, sl->router_indices);
+				errf(e, "layer %s: router.indices '%s' is not a value of the model", spec_scope_shown(sl->scope), sl->router_indices);
 				return spec_wrap(e, s, sl);
 			}
 			for (size_t j = 0; j < nl; j++)
@@ -242,7 +242,7 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 					bound[i] = &L[j];
 			if (!bound[i]) {
 				errf(e, "layer %s: router.indices '%s' is not the indices of any router the dispatch compares with expert ids",
-				     sl->scope, sl->router_indices);
+				     spec_scope_shown(sl->scope), sl->router_indices);
 				return spec_wrap(e, s, sl);
 			}
 			continue;
@@ -259,7 +259,7 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 			}
 		}
 		if (nbest > 1) {
-			errf(e, "layer %s: %d routers sit under this scope; set router.indices in experts.yaml", sl->scope, nbest);
+			errf(e, "layer %s: %d routers sit under this scope; set router.indices in experts.yaml", spec_scope_shown(sl->scope), nbest);
 			return spec_wrap(e, s, sl);
 		}
 	}
@@ -269,7 +269,7 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 		size_t j = (size_t)(bound[i] - L);
 		if (taken[j]) {
 			errf(e, "layer %s: its router '%s' is also another experts.yaml layer's; give each layer its own scope",
-			     s->layer[i].scope, L[j].topk->name ? L[j].topk->name : "");
+			     spec_scope_shown(s->layer[i].scope), L[j].topk->name ? L[j].topk->name : "");
 			return spec_wrap(e, s, &s->layer[i]);
 		}
 		taken[j] = 1;
@@ -291,7 +291,7 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 	for (size_t i = 0; i < s->nlayer; i++) {
 		const Node *in = bound[i] || !*s->layer[i].scope ? NULL : node_under(c, s->layer[i].scope);
 		if (!bound[i] && in)
-			errf(e, "layer %s: node '%s' lies under this scope, but no MoE router does (%s)%s", s->layer[i].scope,
+			errf(e, "layer %s: node '%s' lies under this scope, but no MoE router does (%s)%s", spec_scope_shown(s->layer[i].scope),
 			     in->name, nl ? arena_printf(c->tmp, "%zu found elsewhere, first %s", nl, L[0].scope) : "none in the model",
 			     s->layer[i].top_k >= s->layer[i].experts
 				     ? ": with top_k equal to experts the module runs every expert and has nothing to repair; remove the layer from experts.yaml"
@@ -299,13 +299,13 @@ int moe_bind(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, BindSrc 
 		else if (!bound[i]) {
 			const char *hint = scope_hint(c, s->layer[i].scope, L, nl, taken);
 			errf(e, "layer %s: no MoE router of the model is under this scope (%zu found%s%s); %s%s%s",
-			     s->layer[i].scope, nl, nl ? ", first " : "", nl ? L[0].scope : "",
+			     spec_scope_shown(s->layer[i].scope), nl, nl ? ", first " : "", nl ? L[0].scope : "",
 			     hint ? "did you mean `scope: " : "check `scope:`", hint ? hint : "", hint ? "`?" : "");
 		}
 		if (!bound[i] || check_agree(&s->layer[i], bound[i], e) || overrides(c, &s->layer[i], bound[i], e))
 			return spec_wrap(e, s, &s->layer[i]);
 		bound[i]->spec = &s->layer[i];
-		bound[i]->scope = s->layer[i].scope;
+		bound[i]->scope = spec_scope_shown(s->layer[i].scope); /* for messages */
 	}
 	for (size_t j = 0; j < nl; j++)
 		if (!taken[j] && !FORM_STATIC(L[j].form))

@@ -1653,7 +1653,7 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 			    L->scope, g_ty_rank(c->g, L->indices), g_ty_rank(c->g, L->weights), L->rank);
 	if (L->spec && L->spec->output) {
 		if (!g_val(c->g, L->spec->output))
-			return errf(e, "layer %s: output '%s' is not a value of the model", L->spec->scope, L->spec->output);
+			return errf(e, "layer %s: output '%s' is not a value of the model", spec_scope_shown(L->spec->scope), L->spec->output);
 		L->combined = L->spec->output;
 		return 1;
 	}

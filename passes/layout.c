@@ -159,24 +159,24 @@ int moe_layout(Ctx *c, Layer *L, size_t nl, WSrc *w, const char *weights, Spec *
 		if (l->width > 0) {
 			if (ck && ck != l->width)
 				return errf(e, "layer %s: the router scores %lld experts, but %s holds %d under '%s%s'; write experts.yaml with experts",
-					    sl->scope, (long long)l->width, w->path, ck, sl->prefix, expert_path(c, sl, 0));
+					    spec_scope_shown(sl->scope), (long long)l->width, w->path, ck, sl->prefix, expert_path(c, sl, 0));
 			sl->experts = (int)l->width;
 		} else if (ck) {
 			sl->experts = ck;
 		} else {
 			return errf(e, "layer %s: cannot tell its number of experts (the router's width is not known, and no checkpoint tells); write experts.yaml with experts",
-				    sl->scope);
+				    spec_scope_shown(sl->scope));
 		}
 		for (size_t k = 0; k < l->nex; k++)
 			if (l->ex[k].id >= sl->experts)
 				return errf(e, "layer %s: the dispatch compares with expert id %d, but the router scores %d experts; write experts.yaml",
-					    sl->scope, l->ex[k].id, sl->experts);
+					    spec_scope_shown(sl->scope), l->ex[k].id, sl->experts);
 		if (sl->top_k > sl->experts)
-			return errf(e, "layer %s: top-%d of %d experts; write experts.yaml", sl->scope, sl->top_k, sl->experts);
+			return errf(e, "layer %s: top-%d of %d experts; write experts.yaml", spec_scope_shown(sl->scope), sl->top_k, sl->experts);
 		for (size_t j = 0; j < out->nlayer; j++)
 			if (strcmp(out->layer[j].scope, sl->scope) == 0)
 				return errf(e, "layers '%s' and '%s' get the same scope '%s'; write experts.yaml",
-					    L[j].scope, l->scope, sl->scope);
+					    L[j].scope, l->scope, spec_scope_shown(sl->scope));
 		out->nlayer++;
 	}
 	return 0;

@@ -180,7 +180,7 @@ static WSrc *bind_source(void *ud, const SpecLayer *s, Err *e)
 	WSrc *w = source(ss, s, e);
 	if (!w && !s->weights)
 		errf(e, "layer %s: node names do not tell which router it is, and it has no weights to tell by value; set `weights:` (or --weights) or router.indices",
-		     s->scope);
+		     spec_scope_shown(s->scope));
 	return w;
 }
 
@@ -291,7 +291,7 @@ static int sort_all(Ctx *c, Graph *g, Err *e)
 
 static void report_layer(Arena *a, const Layer *L, LayerReport *lr)
 {
-	lr->scope = L->scope;
+	lr->scope = L->spec->scope; /* the JSON report's is experts.yaml's */
 	lr->experts = L->spec->experts;
 	lr->top_k = L->spec->top_k;
 	lr->present = arena_alloc(a, (L->nex + 1) * sizeof *lr->present);

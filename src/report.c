@@ -57,9 +57,11 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 {
 	for (size_t i = 0; i < r->nlayer; i++) {
 		const LayerReport *l = &r->layer[i];
-		/* A diagnosed layer's scope is a node name from the model. */
+		/* A diagnosed layer's scope is a node name from the model; a
+		 * module exported alone has the empty scope, shown as a diagnosis
+		 * shows it. */
 		char scope[512];
-		fprintf(f, "%s: %s:", name, esc_text(scope, sizeof scope, l->scope ? l->scope : "?"));
+		fprintf(f, "%s: %s:", name, esc_text(scope, sizeof scope, !l->scope ? "?" : *l->scope ? l->scope : "(root)"));
 		if (l->dense) {
 			fprintf(f, " %s dispatch, nothing to repair\n", l->dispatch ? l->dispatch : "dense");
 			continue;

@@ -38,6 +38,12 @@ int spec_write(FILE *f, const Spec *s, const char *dir, const char *const *why, 
  * when l was read from a file (an inferred layer has no place), so an
  * error about a layer points at the entry to fix. Returns -1. */
 int spec_wrap(Err *e, const Spec *s, const SpecLayer *l);
+/* A scope as messages show it: a module exported alone has the empty
+ * scope, which would read "layer : ...". */
+static inline const char *spec_scope_shown(const char *scope)
+{
+	return *scope ? scope : "(root)";
+}
 /* Expands the layer's expert pattern for expert i: "experts.3". */
 const char *spec_expert_path(Arena *a, const SpecLayer *l, int i);
 

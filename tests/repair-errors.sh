@@ -50,6 +50,18 @@ done
 case_ "scope that fits no module" "$k2/broken.onnx" "layer router: no MoE router of the model is under this scope" -- \
 	"weights: $k2/model.safetensors" "moe:" "  - {scope: router, experts: 8, top_k: 2}"
 also_ "scope that fits no module" "; check \`scope:\`"
+# A module exported alone has the empty scope: messages and the summary
+# name it "(root)", as a diagnosis does, not "layer : ...".
+bm=$top_srcdir/testdata/bare_module
+case_ "root scope in an error" "$bm/broken.onnx" "e.yaml:3:5: layer (root): experts.yaml says experts: 5" -- \
+	"weights: $bm/model.safetensors" "moe:" "  - {scope: '', experts: 5, top_k: 2}"
+if expect 0 "root scope in the summary" -- "$BIN" "$bm/broken.onnx" --experts "$bm/experts.yaml" -o "$T/bm.onnx"; then
+	grep -qF "broken.onnx: (root): 4 experts, top-2; present" "$T/err" && ok "the summary names the root scope (root)" ||
+		fail "the summary should name the root scope (root): $(cat "$T/err")"
+	"$BIN" -q "$bm/broken.onnx" --experts "$bm/experts.yaml" -o "$T/bm2.onnx" --report "$T/bm.json"
+	grep -qF '"scope": ""' "$T/bm.json" && ok "the JSON report keeps experts.yaml's scope" ||
+		fail "the JSON report should keep experts.yaml's empty scope: $(cat "$T/bm.json")"
+fi
 # A router detection refuses under an entry's scope: the line points at it.
 dx=$top_srcdir/tests/unrepairable/dilated_experts
 case_ "detection refusal under an entry" "$dx/broken.onnx" "e.yaml:4:5: layer /model/model.1/router/TopK: expert 2 differs from expert 0" -- \

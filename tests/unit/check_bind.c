@@ -70,13 +70,14 @@ static int bind(Bx *f)
 
 #define BIND_OK(f) ck_assert_msg(bind(f) == 0, "moe_bind: %s", (f)->b.e.msg)
 
-/* Spec layer i bound to the layer built as r[j], which now carries it. */
+/* Spec layer i bound to the layer built as r[j], which now carries it and
+ * its scope as messages show it (the empty one as "(root)"). */
 static void bound_to(Bx *f, int i, int j)
 {
 	ck_assert_ptr_nonnull(f->bound[i]);
 	ck_assert_ptr_eq(f->bound[i]->topk, f->r[j].topk);
 	ck_assert_ptr_eq(f->bound[i]->spec, &f->sl[i]);
-	ck_assert_str_eq(f->bound[i]->scope, f->sl[i].scope);
+	ck_assert_str_eq(f->bound[i]->scope, *f->sl[i].scope ? f->sl[i].scope : "(root)");
 }
 
 /* ---- by names ---- */
