@@ -171,6 +171,9 @@ static WSrc *source(Sources *ss, const SpecLayer *s, Err *e)
 		op->o[op->n++] = (Open){ s->weights, w, a };
 	else
 		arena_free(a);
+	/* The file is refused: the line naming it is where to fix that. */
+	if (!w && s->weights_at)
+		errwrap(e, "%s", s->weights_at);
 	return w;
 }
 
@@ -394,9 +397,12 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		/* --weights replaces experts.yaml's weights, layer by layer. */
 		Spec *s2 = arena_dup(md->a, spec, sizeof *spec);
 		s2->weights = o->weights;
+		s2->weights_at = NULL;
 		s2->layer = arena_dup(md->a, spec->layer, (spec->nlayer + 1) * sizeof *spec->layer);
-		for (size_t i = 0; i < s2->nlayer; i++)
+		for (size_t i = 0; i < s2->nlayer; i++) {
 			s2->layer[i].weights = o->weights;
+			s2->layer[i].weights_at = NULL;
+		}
 		spec = s2;
 	}
 

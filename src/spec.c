@@ -143,8 +143,9 @@ static int keys(P *p, const yaml_node_t *map, const char *what, const char *cons
 	return 0;
 }
 
-/* Resolves a weights path against the YAML's folder and checks it exists. */
-static int weights(P *p, const yaml_node_t *n, const char **out)
+/* Resolves a weights path against the YAML's folder and checks it exists;
+ * *where says where the file gives it, for errors from reading it. */
+static int weights(P *p, const yaml_node_t *n, const char **out, const char **where)
 {
 	const char *w;
 	if (get_str(p, "weights", n, &w))
@@ -157,6 +158,7 @@ static int weights(P *p, const yaml_node_t *n, const char **out)
 		return at(p, n, "weights '%s' not found (%s: %s); paths are relative to the YAML file's folder",
 			w, full, strerror(errno));
 	*out = full;
+	*where = arena_printf(p->a, "%s:%zu:%zu", p->path, n->start_mark.line + 1, n->start_mark.column + 1);
 	return 0;
 }
 
@@ -211,7 +213,8 @@ static int layer(P *p, const yaml_node_t *n, const Spec *s, SpecLayer *l)
 	/* No weights at all is fine until experts are missing (or --weights
 	 * gives them): the repair says so then. */
 	l->weights = s->weights;
-	if (v[L_WEIGHTS] && weights(p, v[L_WEIGHTS], &l->weights))
+	l->weights_at = s->weights_at;
+	if (v[L_WEIGHTS] && weights(p, v[L_WEIGHTS], &l->weights, &l->weights_at))
 		return -1;
 	l->prefix = "";
 	if (v[L_PREFIX] && v[L_PREFIX]->type == YAML_SCALAR_NODE && is_null(v[L_PREFIX]))
@@ -359,7 +362,7 @@ static int load(P *p, const char *src, size_t len, Spec *s)
 			goto out;
 		}
 	}
-	if (v[T_WEIGHTS] && weights(p, v[T_WEIGHTS], &s->weights))
+	if (v[T_WEIGHTS] && weights(p, v[T_WEIGHTS], &s->weights, &s->weights_at))
 		goto out;
 	if (v[T_CKEY] && get_str(p, "checkpoint_key", v[T_CKEY], &s->checkpoint_key))
 		goto out;

@@ -15,6 +15,7 @@ typedef struct {
 	const char *expert;  /* pattern with "{i}", default "experts.{i}" */
 	int expert_given;    /* the YAML sets `expert:` (else node names may) */
 	const char *weights; /* resolved path of this layer's source, or the file-wide one */
+	const char *weights_at; /* where experts.yaml gives it, "experts.yaml:LINE:COL"; NULL: not there */
 	const char *checkpoint_key; /* for .pt dicts; NULL: default rule */
 	const char *prefix;  /* key prefix in the source, default "" */
 	const char *router_indices, *router_weights, *input, *output; /* overrides, or NULL */
@@ -23,6 +24,7 @@ typedef struct {
 typedef struct Spec {
 	const char *path;    /* the YAML file itself */
 	const char *weights; /* resolved, or NULL when every layer has its own */
+	const char *weights_at; /* as SpecLayer's */
 	const char *checkpoint_key;
 	SpecLayer *layer;
 	size_t nlayer;

@@ -62,6 +62,17 @@ if expect 0 "root scope in the summary" -- "$BIN" "$bm/broken.onnx" --experts "$
 	grep -qF '"scope": ""' "$T/bm.json" && ok "the JSON report keeps experts.yaml's scope" ||
 		fail "the JSON report should keep experts.yaml's empty scope: $(cat "$T/bm.json")"
 fi
+# A weights file that cannot be read: the line points at the YAML entry
+# that names it (the file-wide one or the layer's own); given by --weights,
+# there is no entry to point at.
+head -c 1000 "$d/model.safetensors" >"$T/cut.safetensors"
+case_ "file-wide weights that cannot be read" "$d/broken.onnx" "e.yaml:1:10: $T/cut.safetensors: " -- \
+	"weights: $T/cut.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
+case_ "a layer's weights that cannot be read" "$d/broken.onnx" "e.yaml:3:53: $T/cut.safetensors: " -- \
+	"weights: $d/model.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2, weights: $T/cut.safetensors}"
+expect 2 "--weights that cannot be read" -- "$BIN" -q "$d/broken.onnx" --experts "$d/experts.yaml" --weights "$T/cut.safetensors" -o "$T/o.onnx" &&
+	{ grep -qF "broken.onnx: $T/cut.safetensors: " "$T/err" && ok "--weights: the error names the file, no YAML line" ||
+		fail "--weights that cannot be read: $(cat "$T/err")"; }
 # A router detection refuses under an entry's scope: the line points at it.
 dx=$top_srcdir/tests/unrepairable/dilated_experts
 case_ "detection refusal under an entry" "$dx/broken.onnx" "e.yaml:4:5: layer /model/model.1/router/TopK: expert 2 differs from expert 0" -- \
