@@ -775,7 +775,9 @@ static void fill_one(const Model *md, Fill *f, size_t k)
 		f->cap = n;
 	}
 	f->rc = l->fill(l, f->buf, f->tmp, &f->e);
-	if (!f->rc)
+	if (f->rc) /* as a pass's error: the input, then the layer and expert */
+		errwrap(&f->e, "%s", md->path);
+	else
 		f->rc = arena_check(f->tmp, &f->e);
 	arena_reset(f->tmp);
 }

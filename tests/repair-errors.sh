@@ -73,6 +73,48 @@ case_ "a layer's weights that cannot be read" "$d/broken.onnx" "e.yaml:3:53: $T/
 expect 2 "--weights that cannot be read" -- "$BIN" -q "$d/broken.onnx" --experts "$d/experts.yaml" --weights "$T/cut.safetensors" -o "$T/o.onnx" &&
 	{ grep -qF "broken.onnx: $T/cut.safetensors: " "$T/err" && ok "--weights: the error names the file, no YAML line" ||
 		fail "--weights that cannot be read: $(cat "$T/err")"; }
+# A new weight that is NaN or infinite is refused, not written: a
+# checkpoint damaged only where missing experts are read (the present ones
+# are verified), or a fold past float16's range.
+py=/usr/bin/python3
+# poison IN OUT KEY VALUE: a copy of safetensors IN whose KEY holds VALUE at element 1.
+poison() {
+	"$py" - "$@" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+src, dst, key, val = sys.argv[1:5]
+b = open(src, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+s, e = json.loads(b[8:8 + n])[key]['data_offsets']
+a = np.frombuffer(b[8 + n + s:8 + n + e], dtype=np.float32).copy()
+a[1] = float(val)
+open(dst, 'wb').write(b[:8 + n + s] + a.tobytes() + b[8 + n + e:])
+PYEOF
+}
+poison "$d/model.safetensors" "$T/nan.safetensors" model.0.experts.2.conv.0.weight nan
+case_ "NaN in a missing expert's checkpoint tensor" "$d/broken.onnx" \
+	"e.yaml:3:5: layer model.0: expert 2: 'model.0.experts.2.conv.0.weight' in $T/nan.safetensors rebuilds to NaN at element 1 of" -- \
+	"weights: $T/nan.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
+also_ "NaN in a missing expert's checkpoint tensor" "is the checkpoint damaged?"
+# Large experts are built while the model is written: the refusal is the
+# same and leaves nothing behind.
+G=$T/gen
+"$py" "$top_srcdir/bench/gen.py" "$G" --layers 1 --channels 64 --experts 4 --top-k 2 --missing 2 >/dev/null ||
+	fail "bench/gen.py"
+miss=$("$BIN" --check "$G/broken.onnx" 2>&1 | sed -n 's/.*missing \([0-9]*\).*/\1/p')
+poison "$G/model.safetensors" "$T/gnan.safetensors" "model.0.experts.$miss.conv.0.weight" inf
+mkdir "$T/gout"
+expect 2 "infinite value in a large missing expert" -- "$BIN" -q "$G/broken.onnx" --weights "$T/gnan.safetensors" -o "$T/gout/o.onnx" &&
+	one_line_err "infinite value in a large missing expert" &&
+	also_ "infinite value in a large missing expert" "$G/broken.onnx: layer model.0: expert $miss: 'model.0.experts.$miss.conv.0.weight' in $T/gnan.safetensors rebuilds to an infinite value at element 1"
+[ -z "$(ls -A "$T/gout")" ] || fail "infinite value in a large missing expert: left $(ls -A "$T/gout")"
+# A float16 export: a fold finite in float32 but past float16's range.
+"$py" "$top_srcdir/tests/gen/to_fp16.py" "$d/broken.onnx" "$T/half.onnx" || fail "to_fp16.py"
+poison "$d/model.safetensors" "$T/big.safetensors" model.0.experts.1.conv.0.weight 1e6
+case_ "a fold past float16's range" "$T/half.onnx" \
+	"layer model.0: expert 1: 'model.0.experts.1.conv.0.weight' in $T/big.safetensors rebuilds to" -- \
+	"weights: $T/big.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
+also_ "a fold past float16's range" "past float16's range"
 # A router detection refuses under an entry's scope: the line points at it.
 dx=$top_srcdir/tests/unrepairable/dilated_experts
 case_ "detection refusal under an entry" "$dx/broken.onnx" "e.yaml:4:5: layer /model/model.1/router/TopK: expert 2 differs from expert 0" -- \
