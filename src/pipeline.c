@@ -496,13 +496,13 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 			most = c.later[i]->t->raw_data.len > most ? c.later[i]->t->raw_data.len : most;
 		/* One buffer for all: a new one each would be fresh pages each. */
 		void *buf = arena_try(md->a, most, e);
-		for (size_t i = 0; buf && i < c.nlater; i++) {
+		if (!buf)
+			goto out;
+		for (size_t i = 0; i < c.nlater; i++) {
 			if (c.later[i]->fill(c.later[i], buf, c.tmp, e))
 				goto out;
 			arena_reset(c.tmp);
 		}
-		if (!buf)
-			goto out;
 	}
 	/* Nothing reads the checkpoints after the repairs but the save's
 	 * builds of new weights: without those, their indexes and mappings go

@@ -1,6 +1,7 @@
 #include "report.h"
 
 #include "err.h"
+#include "spec.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -57,11 +58,9 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 {
 	for (size_t i = 0; i < r->nlayer; i++) {
 		const LayerReport *l = &r->layer[i];
-		/* A diagnosed layer's scope is a node name from the model; a
-		 * module exported alone has the empty scope, shown as a diagnosis
-		 * shows it. */
+		/* A diagnosed layer's scope is a node name from the model. */
 		char scope[512];
-		fprintf(f, "%s: %s:", name, esc_text(scope, sizeof scope, !l->scope ? "?" : *l->scope ? l->scope : "(root)"));
+		fprintf(f, "%s: %s:", name, esc_text(scope, sizeof scope, l->scope ? spec_scope_shown(l->scope) : "?"));
 		if (l->dense) {
 			fprintf(f, " %s dispatch, nothing to repair\n", l->dispatch ? l->dispatch : "dense");
 			continue;
