@@ -140,14 +140,24 @@ int moe_layout(Ctx *c, Layer *L, size_t nl, WSrc *w, const char *weights, Spec *
 			return errf(e, "router '%s': cannot tell its top_k (K is computed at run time); write experts.yaml with top_k",
 				    l->scope);
 		sl->top_k = (int)l->topk_k;
-		Err why = { { 0 } };
 		if (w) {
-			int got = by_names(c, l, sl, w, &why);
-			if (!got && (got = by_values(c, l, sl, w, &why, e)) < 0)
+			Err byname = { { 0 } }, byval = { { 0 } };
+			int got = by_names(c, l, sl, w, &byname);
+			if (!got && (got = by_values(c, l, sl, w, &byval, e)) < 0)
 				return -1;
+			/* Where node names lead is the likelier layout: what failed
+			 * there (a damaged tensor, another model's checkpoint) or
+			 * that nothing is there says more than the last guess by
+			 * value. */
+			if (!got && byname.msg[0])
+				return errf(e, "router '%s': the keys in %s that its node names lead to do not rebuild its present experts (%s)",
+					    l->scope, w->path, byname.msg);
+			if (!got && l->module && l->pattern)
+				return errf(e, "router '%s': node names put expert %d at '%s', but %s holds no key under it, nor any that rebuilds it by value; is it the checkpoint of this model? If so, write experts.yaml with the layer's scope and expert pattern",
+					    l->scope, l->ex[0].id, expert_path(c, sl, l->ex[0].id), w->path);
 			if (!got)
 				return errf(e, "router '%s': cannot find its experts' keys in %s (%s); write experts.yaml with the layer's scope and expert pattern",
-					    l->scope, w->path, why.msg[0] ? why.msg : "no key matches the present experts by name or value");
+					    l->scope, w->path, byval.msg[0] ? byval.msg : "no key matches the present experts by name or value");
 		} else if (l->module && l->pattern) {
 			sl->scope = l->module;
 			sl->expert = l->pattern;

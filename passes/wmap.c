@@ -844,6 +844,48 @@ static Cands candidates(Src *s, const Tensor *t, const float *f, int64_t n, cons
 	return cs;
 }
 
+/* The first element of f that is NaN or infinite, or -1. */
+static int64_t first_nonfinite(const float *f, int64_t n)
+{
+	V4 z0 = { 0 }, z1 = { 0 };
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		z0 += v4_load(f + i) * 0.0f;
+		z1 += v4_load(f + i + 4) * 0.0f;
+	}
+	z0 += z1;
+	if (z0[0] == 0 && z0[1] == 0 && z0[2] == 0 && z0[3] == 0)
+		i = n - n % 8;
+	else
+		i = 0;
+	for (; i < n; i++)
+		if (!isfinite(f[i]))
+			return i;
+	return -1;
+}
+
+/* A tensor that matches nothing because the checkpoint holds NaN or inf
+ * where it should hold it says so: the key and the element, not only
+ * which keys were tried. */
+static int note_damage(Src *s, const char *pre, Err *e)
+{
+	size_t lo, hi;
+	wsrc_range(s->w, pre, &lo, &hi);
+	for (size_t i = lo; i < hi; i++) {
+		const WTensor *k = wsrc_sorted(s->w, i);
+		int64_t kn;
+		const float *kf = is_float(k->dtype) ? key_f32(s, k->name, &kn) : NULL;
+		int64_t bad = kf ? first_nonfinite(kf, kn) : -1;
+		if (bad < 0)
+			continue;
+		size_t len = strlen(e->msg);
+		snprintf(e->msg + len, sizeof e->msg - len, "; '%s' in %s holds %s at element %lld of %lld: is the checkpoint damaged?",
+			 k->name, s->w->path, isnan(kf[bad]) ? "NaN" : "an infinite value", (long long)bad, (long long)kn);
+		return 1;
+	}
+	return 0;
+}
+
 static const char *keys_under(Ctx *c, WSrc *w, const char *pre)
 {
 	size_t lp = strlen(pre), len = 0, shown = 0;
@@ -1393,9 +1435,15 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 				m->maxdiff = best;
 			continue;
 		}
-		if (cs.n)
-			return errf(e, "layer %s: expert %d's tensor '%s' differs from its checkpoint rebuild (relative difference %.3g); is %s the checkpoint of this model?",
-				    L->scope, worstid, worstname, worst, w->path);
+		if (cs.n) {
+			errf(e, "layer %s: expert %d's tensor '%s' differs from its checkpoint rebuild (relative difference %.3g)",
+			     L->scope, worstid, worstname, worst);
+			if (!note_damage(&s, key_prefix(c, L, worstid), e)) {
+				size_t len = strlen(e->msg);
+				snprintf(e->msg + len, sizeof e->msg - len, "; is %s the checkpoint of this model?", w->path);
+			}
+			return -1;
+		}
 		/* Not from the checkpoint: structure (shapes, shared constants) is
 		 * kept when every present expert agrees on it, or, with one
 		 * present, when it is a fill: the constants an exporter makes
@@ -1418,6 +1466,7 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 		if (!agree) {
 			errf(e, "layer %s: tensor '%s' of expert %d (input %zu of node '%s') matches no checkpoint tensor under '%s' by name, value or Conv+BatchNorm folding (keys there: %s)",
 			     L->scope, t->name, tpl->id, sl[i].input, tpl->node[sl[i].node]->name, pre, keys_under(c, w, pre));
+			note_damage(&s, pre, e);
 			/* A quantized export (int8 weights behind DequantizeLinear)
 			 * has no checkpoint tensor to find: the scales of the missing
 			 * experts were never calibrated. */
@@ -1487,25 +1536,6 @@ static int fits_template(Ctx *c, const Layer *L, const Recipe *r, const char *pr
  * x * 0 is 0 for a finite x and NaN otherwise, so a sum of them, eight
  * lanes at a time with no branch, says whether to look closer (0.02 s
  * over the 1 GB of new weights of the inline benchmark). */
-static int64_t first_nonfinite(const float *f, int64_t n)
-{
-	V4 z0 = { 0 }, z1 = { 0 };
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		z0 += v4_load(f + i) * 0.0f;
-		z1 += v4_load(f + i + 4) * 0.0f;
-	}
-	z0 += z1;
-	if (z0[0] == 0 && z0[1] == 0 && z0[2] == 0 && z0[3] == 0)
-		i = n - n % 8;
-	else
-		i = 0;
-	for (; i < n; i++)
-		if (!isfinite(f[i]))
-			return i;
-	return -1;
-}
-
 /* A new weight that is NaN or infinite is refused: no trained expert holds
  * one, the present experts (verified) hold none, and written it would make
  * every input routed to this expert NaN. A checkpoint damaged where only

@@ -96,6 +96,29 @@ case_ "NaN in a missing expert's checkpoint tensor" "$d/broken.onnx" \
 	"e.yaml:3:5: layer model.0: expert 2: 'model.0.experts.2.conv.0.weight' in $T/nan.safetensors rebuilds to NaN at element 1 of" -- \
 	"weights: $T/nan.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
 also_ "NaN in a missing expert's checkpoint tensor" "is the checkpoint damaged?"
+# Damage where a present expert is read: the tensor matches nothing, and
+# the error names the damaged key rather than only the keys tried, with
+# experts.yaml and without (the keys the node names lead to).
+poison "$d/model.safetensors" "$T/nan0.safetensors" model.0.experts.0.conv.0.weight nan
+case_ "NaN in the template expert's checkpoint tensor" "$d/broken.onnx" \
+	"matches no checkpoint tensor under 'model.0.experts.0.'" -- \
+	"weights: $T/nan0.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
+also_ "NaN in the template expert's checkpoint tensor" "; 'model.0.experts.0.conv.0.weight' in $T/nan0.safetensors holds NaN at element 1 of 64: is the checkpoint damaged?"
+poison "$d/model.safetensors" "$T/inf3.safetensors" model.0.experts.3.conv.1.running_var inf
+case_ "infinite BatchNorm variance of another present expert" "$d/broken.onnx" \
+	"layer model.0: expert 3's tensor 'onnx::Conv_216' differs from its checkpoint rebuild" -- \
+	"weights: $T/inf3.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
+also_ "infinite BatchNorm variance of another present expert" "; 'model.0.experts.3.conv.1.running_var' in $T/inf3.safetensors holds an infinite value at element 1 of 8: is the checkpoint damaged?"
+grep -q "checkpoint of this model" "$T/err" && fail "damaged checkpoint: the error still asks for another checkpoint: $(cat "$T/err")"
+expect 2 "NaN in a present expert, --weights alone" -- "$BIN" -q "$d/broken.onnx" --weights "$T/nan0.safetensors" -o "$T/o.onnx" &&
+	one_line_err "NaN in a present expert, --weights alone" &&
+	also_ "NaN in a present expert, --weights alone" "the keys in $T/nan0.safetensors that its node names lead to do not rebuild its present experts (layer model.0: tensor 'onnx::Conv_210'" &&
+	also_ "NaN in a present expert, --weights alone" "holds NaN at element 1 of 64: is the checkpoint damaged?)"
+# Another model's checkpoint, without experts.yaml: the path the node names
+# give, and the question, not the last guess made by value.
+expect 2 "--weights of another model" -- "$BIN" -q "$d/broken.onnx" --weights "$k2/model.safetensors" -o "$T/o.onnx" &&
+	one_line_err "--weights of another model" &&
+	also_ "--weights of another model" "node names put expert 0 at 'model.0.experts.0', but $k2/model.safetensors holds no key under it, nor any that rebuilds it by value; is it the checkpoint of this model?"
 # Large experts are built while the model is written: the refusal is the
 # same and leaves nothing behind.
 G=$T/gen
