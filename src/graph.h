@@ -94,7 +94,17 @@ typedef struct Later Later;
 struct Later {
 	int (*fill)(const Later *l, void *dst, Arena *tmp, Err *e);
 	Tensor *t;
+	const char *at; /* where its layer is described (experts.yaml:LINE:COL), or NULL */
 };
+
+/* l's fill, whose errors point at the layer's entry as a pass's do: it
+ * runs after the pipeline has left that layer. */
+static inline int later_fill(const Later *l, void *dst, Arena *tmp, Err *e)
+{
+	if (!l->fill(l, dst, tmp, e))
+		return 0;
+	return l->at ? errwrap(e, "%s", l->at) : -1;
+}
 
 typedef struct {
 	Arena *a;

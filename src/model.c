@@ -774,7 +774,7 @@ static void fill_one(const Model *md, Fill *f, size_t k)
 		}
 		f->cap = n;
 	}
-	f->rc = l->fill(l, f->buf, f->tmp, &f->e);
+	f->rc = later_fill(l, f->buf, f->tmp, &f->e);
 	if (f->rc) /* as a pass's error: the input, then the layer and expert */
 		errwrap(&f->e, "%s", md->path);
 	else

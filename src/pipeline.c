@@ -461,11 +461,15 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		lr->expert_flops = moe_expert_flops(l);
 		size_t expert_bytes = moe_expert_bytes(&c, l);
 		int sparse = 0;
+		size_t later0 = c.nlater;
 		if ((o->dispatch == DISPATCH_SPARSE && (sparse = moe_sparse(&c, l, w, lr, e)) < 0) ||
 		    (!sparse && moe_densify(&c, l, w, lr, e))) {
 			spec_wrap(e, spec, l->spec);
 			goto out;
 		}
+		const char *at = spec_where(md->a, spec, l->spec);
+		for (size_t k = later0; k < c.nlater; k++)
+			c.later[k]->at = at;
 		if (!sparse)
 			lr->dispatch = "dense";
 		/* The layer's mappings, converted checkpoint tensors and
@@ -499,7 +503,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		if (!buf)
 			goto out;
 		for (size_t i = 0; i < c.nlater; i++) {
-			if (c.later[i]->fill(c.later[i], buf, c.tmp, e))
+			if (later_fill(c.later[i], buf, c.tmp, e))
 				goto out;
 			arena_reset(c.tmp);
 		}

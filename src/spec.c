@@ -469,6 +469,11 @@ int spec_wrap(Err *e, const Spec *s, const SpecLayer *l)
 	return -1;
 }
 
+const char *spec_where(Arena *a, const Spec *s, const SpecLayer *l)
+{
+	return s && s->path && l && l->line > 0 ? arena_printf(a, "%s:%d:%d", s->path, l->line, l->col) : NULL;
+}
+
 const char *spec_expert_path(Arena *a, const SpecLayer *l, int i)
 {
 	const char *pat = l->expert ? l->expert : "experts.{i}";

@@ -40,6 +40,8 @@ int spec_write(FILE *f, const Spec *s, const char *dir, const char *const *why, 
  * when l was read from a file (an inferred layer has no place), so an
  * error about a layer points at the entry to fix. Returns -1. */
 int spec_wrap(Err *e, const Spec *s, const SpecLayer *l);
+/* The same place as a string in a, or NULL. */
+const char *spec_where(Arena *a, const Spec *s, const SpecLayer *l);
 /* A scope as messages show it: a module exported alone has the empty
  * scope, which would read "layer : ...". */
 static inline const char *spec_scope_shown(const char *scope)

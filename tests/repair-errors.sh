@@ -131,10 +131,16 @@ expect 2 "infinite value in a large missing expert" -- "$BIN" -q "$G/broken.onnx
 	one_line_err "infinite value in a large missing expert" &&
 	also_ "infinite value in a large missing expert" "$G/broken.onnx: layer model.0: expert $miss: 'model.0.experts.$miss.conv.0.weight' in $T/gnan.safetensors rebuilds to an infinite value at element 1"
 [ -z "$(ls -A "$T/gout")" ] || fail "infinite value in a large missing expert: left $(ls -A "$T/gout")"
+# Built at save time, its error still points at the layer's entry.
+case_ "infinite value in a large missing expert, experts.yaml" "$G/broken.onnx" \
+	"$G/broken.onnx: $T/e.yaml:3:5: layer model.0: expert $miss: 'model.0.experts.$miss.conv.0.weight' in $T/gnan.safetensors rebuilds to an infinite value" -- \
+	"weights: $T/gnan.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
 # --check with the weights runs the repair unsaved, these builds included.
 expect 2 "--check with that checkpoint" -- "$BIN" -q --check "$G/broken.onnx" --weights "$T/gnan.safetensors" &&
 	one_line_err "--check with that checkpoint" &&
 	also_ "--check with that checkpoint" "needs repair, and the repair would stop: layer model.0: expert $miss: 'model.0.experts.$miss.conv.0.weight'"
+expect 2 "--check with that checkpoint, experts.yaml" -- "$BIN" -q --check "$G/broken.onnx" --experts "$T/e.yaml" &&
+	also_ "--check with that checkpoint, experts.yaml" "needs repair, and the repair would stop: $T/e.yaml:3:5: layer model.0: expert $miss: 'model.0.experts.$miss.conv.0.weight'"
 expect 1 "--check with a sound checkpoint" -- "$BIN" -q --check "$G/broken.onnx" --weights "$G/model.safetensors"
 # A float16 export: a fold finite in float32 but past float16's range.
 "$py" "$top_srcdir/tests/gen/to_fp16.py" "$d/broken.onnx" "$T/half.onnx" || fail "to_fp16.py"
