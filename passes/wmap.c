@@ -6,6 +6,7 @@
  * recipe (by name, by value, by Conv+BN folding, or shared structure), found
  * on the template expert and then verified on every present expert: a
  * recipe that does not rebuild them all is an error, never a guess. */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -278,7 +279,9 @@ static inline V4 v4_abs(V4 x)
 }
 
 /* Raises *d to the largest |a[i] * sc - b[i]| and, when m, *m to the
- * largest |b[i]| of n elements; 1 when a difference is NaN. These loops
+ * largest |b[i]| of n elements; 1 when a difference is NaN or infinite
+ * (an infinite b would make the relative difference inf / inf, a NaN
+ * that no tolerance test refuses). These loops
  * read every weight the repair verifies whole. Eight lanes at a time, in
  * two registers: GCC does not vectorise a float max without -ffast-math,
  * and one scalar max chain ran at an element per few cycles. Lanes give
@@ -286,13 +289,13 @@ static inline V4 v4_abs(V4 x)
  * a max of the rest does not matter (sc = 1 gives a - b exactly). */
 int moe_diff_max(const float *a, float sc, const float *b, int64_t n, float *d, float *m)
 {
-	V4 d0 = { 0 }, d1 = { 0 }, m0 = { 0 }, m1 = { 0 }, s = (V4){ 0 } + sc;
+	V4 d0 = { 0 }, d1 = { 0 }, m0 = { 0 }, m1 = { 0 }, s = (V4){ 0 } + sc, big = (V4){ 0 } + FLT_MAX;
 	I4 nan = { 0 };
 	int64_t i = 0;
 	for (; i + 8 <= n; i += 8) {
 		V4 b0 = v4_load(b + i), b1 = v4_load(b + i + 4);
 		V4 x0 = v4_abs(v4_load(a + i) * s - b0), x1 = v4_abs(v4_load(a + i + 4) * s - b1);
-		nan |= (x0 != x0) | (x1 != x1);
+		nan |= ~(x0 <= big) | ~(x1 <= big);
 		d0 = v4_max(x0, d0);
 		d1 = v4_max(x1, d1);
 		m0 = v4_max(v4_abs(b0), m0);
@@ -309,7 +312,7 @@ int moe_diff_max(const float *a, float sc, const float *b, int64_t n, float *d, 
 	}
 	for (; i < n; i++) {
 		float x = fabsf(a[i] * sc - b[i]), y = fabsf(b[i]);
-		bad |= x != x;
+		bad |= !(x <= FLT_MAX);
 		dd = x > dd ? x : dd;
 		mm = y > mm ? y : mm;
 	}
@@ -844,7 +847,11 @@ static Cands candidates(Src *s, const Tensor *t, const float *f, int64_t n, cons
 	return cs;
 }
 
-/* The first element of f that is NaN or infinite, or -1. */
+/* The index of the first of f's n floats that is NaN or infinite, else
+ * -1. This reads every new weight once more, just after it was written:
+ * x * 0 is 0 for a finite x and NaN otherwise, so a sum of them, eight
+ * lanes at a time with no branch, says whether to look closer (0.02 s
+ * over the 1 GB of new weights of the inline benchmark). */
 static int64_t first_nonfinite(const float *f, int64_t n)
 {
 	V4 z0 = { 0 }, z1 = { 0 };
@@ -864,26 +871,36 @@ static int64_t first_nonfinite(const float *f, int64_t n)
 	return -1;
 }
 
-/* A tensor that matches nothing because the checkpoint holds NaN or inf
- * where it should hold it says so: the key and the element, not only
- * which keys were tried. */
-static int note_damage(Src *s, const char *pre, Err *e)
+/* A tensor that matches nothing because NaN or inf stands where a weight
+ * should says so, with the key or tensor and the element, not only which
+ * keys were tried: the model's own tensor t (values f, n of them; an
+ * export damaged already, which no checkpoint value rebuilds), else a
+ * checkpoint key under pre. */
+static int note_damage(Src *s, const Tensor *t, const float *f, int64_t n, const char *pre, Err *e)
 {
+	const char *name = NULL, *where = NULL;
+	int64_t bad = f ? first_nonfinite(f, n) : -1;
+	if (bad >= 0) {
+		name = t->name;
+		where = "the model";
+	}
 	size_t lo, hi;
 	wsrc_range(s->w, pre, &lo, &hi);
-	for (size_t i = lo; i < hi; i++) {
+	for (size_t i = lo; i < hi && !name; i++) {
 		const WTensor *k = wsrc_sorted(s->w, i);
-		int64_t kn;
-		const float *kf = is_float(k->dtype) ? key_f32(s, k->name, &kn) : NULL;
-		int64_t bad = kf ? first_nonfinite(kf, kn) : -1;
-		if (bad < 0)
-			continue;
-		size_t len = strlen(e->msg);
-		snprintf(e->msg + len, sizeof e->msg - len, "; '%s' in %s holds %s at element %lld of %lld: is the checkpoint damaged?",
-			 k->name, s->w->path, isnan(kf[bad]) ? "NaN" : "an infinite value", (long long)bad, (long long)kn);
-		return 1;
+		f = is_float(k->dtype) ? key_f32(s, k->name, &n) : NULL;
+		if (f && (bad = first_nonfinite(f, n)) >= 0) {
+			name = k->name;
+			where = s->w->path;
+		}
 	}
-	return 0;
+	if (!name)
+		return 0;
+	size_t len = strlen(e->msg);
+	snprintf(e->msg + len, sizeof e->msg - len, "; '%s' in %s holds %s at element %lld of %lld: is %s damaged?", name,
+		 where, isnan(f[bad]) ? "NaN" : "an infinite value", (long long)bad, (long long)n,
+		 where == s->w->path ? "the checkpoint" : "the export");
+	return 1;
 }
 
 static const char *keys_under(Ctx *c, WSrc *w, const char *pre)
@@ -1381,7 +1398,7 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 		 * for 1e-3), never past the exact recipe. */
 		double best = INFINITY, worst = 0, tol = tolerance(&s, t->data_type);
 		const char *worstname = t->name;
-		int worstid = tpl->id;
+		const Expert *worstx = tpl;
 		size_t pick = cs.n;
 		double *maxd = arena_alloc(c->a, (cs.n + 1) * sizeof *maxd);
 		for (size_t j = 0; j < cs.n; j++) {
@@ -1399,12 +1416,14 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 					continue;
 				if (verify(&s, L, tpl, &L->ex[k], &sl[i], &cs.v[j].r, &d, e))
 					return -1;
+				if (d != d) /* no test passes NaN; none should fail to refuse it */
+					d = INFINITY;
 				if (d > maxd[j])
 					maxd[j] = d;
 				if (d > worst) {
 					worst = d;
 					worstname = L->ex[k].node[sl[i].node]->input[sl[i].input];
-					worstid = L->ex[k].id;
+					worstx = &L->ex[k];
 				}
 			}
 		for (size_t j = 0; j < cs.n; j++)
@@ -1437,8 +1456,11 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 		}
 		if (cs.n) {
 			errf(e, "layer %s: expert %d's tensor '%s' differs from its checkpoint rebuild (relative difference %.3g)",
-			     L->scope, worstid, worstname, worst);
-			if (!note_damage(&s, key_prefix(c, L, worstid), e)) {
+			     L->scope, worstx->id, worstname, worst);
+			const Tensor *wt = g_const(worstx->g, worstname);
+			int64_t wn = 0;
+			const float *wf = wt ? tensor_f32(c, wt, &wn) : NULL;
+			if (!note_damage(&s, wt, wf, wn, key_prefix(c, L, worstx->id), e)) {
 				size_t len = strlen(e->msg);
 				snprintf(e->msg + len, sizeof e->msg - len, "; is %s the checkpoint of this model?", w->path);
 			}
@@ -1466,7 +1488,7 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 		if (!agree) {
 			errf(e, "layer %s: tensor '%s' of expert %d (input %zu of node '%s') matches no checkpoint tensor under '%s' by name, value or Conv+BatchNorm folding (keys there: %s)",
 			     L->scope, t->name, tpl->id, sl[i].input, tpl->node[sl[i].node]->name, pre, keys_under(c, w, pre));
-			note_damage(&s, pre, e);
+			note_damage(&s, t, f, n, pre, e);
 			/* A quantized export (int8 weights behind DequantizeLinear)
 			 * has no checkpoint tensor to find: the scales of the missing
 			 * experts were never calibrated. */
@@ -1531,11 +1553,6 @@ static int fits_template(Ctx *c, const Layer *L, const Recipe *r, const char *pr
 	return 0;
 }
 
-/* The index of the first of f's n floats that is NaN or infinite, else
- * -1. This reads every new weight once more, just after it was written:
- * x * 0 is 0 for a finite x and NaN otherwise, so a sum of them, eight
- * lanes at a time with no branch, says whether to look closer (0.02 s
- * over the 1 GB of new weights of the inline benchmark). */
 /* A new weight that is NaN or infinite is refused: no trained expert holds
  * one, the present experts (verified) hold none, and written it would make
  * every input routed to this expert NaN. A checkpoint damaged where only

@@ -114,6 +114,35 @@ expect 2 "NaN in a present expert, --weights alone" -- "$BIN" -q "$d/broken.onnx
 	one_line_err "NaN in a present expert, --weights alone" &&
 	also_ "NaN in a present expert, --weights alone" "the keys in $T/nan0.safetensors that its node names lead to do not rebuild its present experts (layer model.0: tensor 'onnx::Conv_210'" &&
 	also_ "NaN in a present expert, --weights alone" "holds NaN at element 1 of 64: is the checkpoint damaged?)"
+# The export's own tensor damaged: no checkpoint value rebuilds NaN.
+# gpoison IN OUT TENSOR ELEMENT VALUE: a copy of model IN whose initializer holds VALUE there.
+gpoison() {
+	"$py" - "$@" <<'PYEOF'
+import sys
+import numpy as np
+import onnx
+from onnx import numpy_helper
+src, dst, name, i, val = sys.argv[1:6]
+m = onnx.load(src)
+for t in m.graph.initializer:
+    if t.name == name:
+        a = numpy_helper.to_array(t).copy()
+        a.flat[int(i)] = float(val)
+        t.CopyFrom(numpy_helper.from_array(a, t.name))
+onnx.save(m, dst)
+PYEOF
+}
+gpoison "$d/broken.onnx" "$T/gnan.onnx" onnx::Conv_210 1 nan
+case_ "NaN in the export's own expert tensor" "$T/gnan.onnx" "matches no checkpoint tensor under 'model.0.experts.0.'" -- \
+	"weights: $d/model.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
+also_ "NaN in the export's own expert tensor" "; 'onnx::Conv_210' in the model holds NaN at element 1 of 64: is the export damaged?"
+# Infinite in another present expert's tensor: the relative difference
+# was inf / inf, a NaN no tolerance test refused, and the repair wrote
+# the model (exit 0) as if expert 3 had been verified.
+gpoison "$d/broken.onnx" "$T/ginf.onnx" onnx::Conv_216 3 inf
+case_ "infinite value in another present expert's own tensor" "$T/ginf.onnx" \
+	"layer model.0: expert 3's tensor 'onnx::Conv_216' differs from its checkpoint rebuild (relative difference inf); 'onnx::Conv_216' in the model holds an infinite value at element 3 of 64: is the export damaged?" -- \
+	"weights: $d/model.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
 # Another model's checkpoint, without experts.yaml: the path the node names
 # give, and the question, not the last guess made by value.
 expect 2 "--weights of another model" -- "$BIN" -q "$d/broken.onnx" --weights "$k2/model.safetensors" -o "$T/o.onnx" &&

@@ -727,6 +727,11 @@ START_TEST(diff_max_as_scalar)
 		c[at] = NAN;
 		ck_assert_msg(moe_diff_max(c, 1.0f, b, 21, &d, &m) == 1, "NaN at %d not reported", at);
 		ck_assert_msg(moe_diff_max(b, 1.0f, c, 21, &d, &m) == 1, "NaN at %d (b) not reported", at);
+		/* inf in b: the relative difference would be inf / inf */
+		c[at] = INFINITY;
+		ck_assert_msg(moe_diff_max(b, 1.0f, c, 21, &d, &m) == 1, "inf at %d (b) not reported", at);
+		c[at] = -INFINITY;
+		ck_assert_msg(moe_diff_max(c, 0.5f, b, 21, &d, &m) == 1, "-inf at %d (a) not reported", at);
 	}
 }
 END_TEST
