@@ -1569,6 +1569,35 @@ static int nonfinite(const Recipe *r, const char *pre, const WSrc *w, int64_t i,
 	return -2;
 }
 
+/* The same for the BatchNorm statistics a fold reads: an infinite
+ * running_var folds to a finite zero, which the scan of the result
+ * cannot see, and the statistic, not the result, is what to name. */
+static int bn_nonfinite(Src *s, const Recipe *r, const char *pre, Err *e)
+{
+	BN bn;
+	if ((r->kind != R_FOLD_W && r->kind != R_FOLD_B) || get_bn(s, pre, r->bn, &bn))
+		return 0;
+	const float *v[] = { bn.var, bn.mu, bn.g, bn.b };
+	static const char *const leaf[] = { "running_var", "running_mean", "weight", "bias" };
+	for (int i = 0; i < 4; i++) {
+		int64_t bad = v[i] ? first_nonfinite(v[i], bn.n) : -1;
+		if (bad >= 0) {
+			errf(e, "'%s%s.%s' in %s holds %s at element %lld of %lld; no trained BatchNorm has one: is the checkpoint damaged?",
+			     pre, r->bn, leaf[i], s->w->path, isnan(v[i][bad]) ? "NaN" : "an infinite value", (long long)bad,
+			     (long long)bn.n);
+			return -2;
+		}
+	}
+	for (int64_t i = 0; i < bn.n; i++) {
+		if (bn.var[i] + fold_eps(&bn, r) >= 0)
+			continue;
+		errf(e, "'%s%s.running_var' in %s holds %g at element %lld of %lld, a negative variance: is the checkpoint damaged?",
+		     pre, r->bn, s->w->path, (double)bn.var[i], (long long)i, (long long)bn.n);
+		return -2;
+	}
+	return 0;
+}
+
 /* The n elements recipe r rebuilds for the expert at pre, in dtype, to
  * out: -1 when it cannot, -2 when the values are not finite (e says). */
 static int produce(Src *s, const Recipe *r, const char *pre, int64_t n, int dtype, unsigned char *out, Err *e)
@@ -1578,6 +1607,8 @@ static int produce(Src *s, const Recipe *r, const char *pre, int64_t n, int dtyp
 	const float *f = rebuild(s, r, pre, n, direct ? (float *)out : scratch(s, n), e);
 	if (!f)
 		return -1;
+	if (bn_nonfinite(s, r, pre, e))
+		return -2;
 	int64_t bad = first_nonfinite(f, n);
 	if (bad >= 0)
 		return nonfinite(r, pre, s->w, bad, n, f[bad], dtype, e);

@@ -96,6 +96,16 @@ case_ "NaN in a missing expert's checkpoint tensor" "$d/broken.onnx" \
 	"e.yaml:3:5: layer model.0: expert 2: 'model.0.experts.2.conv.0.weight' in $T/nan.safetensors rebuilds to NaN at element 1 of" -- \
 	"weights: $T/nan.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
 also_ "NaN in a missing expert's checkpoint tensor" "is the checkpoint damaged?"
+# A BatchNorm statistic: an infinite running_var folds to a finite zero,
+# which the scan of the new weight alone would let through (it did: exit 0).
+poison "$d/model.safetensors" "$T/var.safetensors" model.0.experts.2.conv.1.running_var inf
+case_ "infinite running_var of a missing expert" "$d/broken.onnx" \
+	"e.yaml:3:5: layer model.0: expert 2: 'model.0.experts.2.conv.1.running_var' in $T/var.safetensors holds an infinite value at element 1 of 8; no trained BatchNorm has one" -- \
+	"weights: $T/var.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
+poison "$d/model.safetensors" "$T/neg.safetensors" model.0.experts.2.conv.1.running_var -1
+case_ "negative running_var of a missing expert" "$d/broken.onnx" \
+	"'model.0.experts.2.conv.1.running_var' in $T/neg.safetensors holds -1 at element 1 of 8, a negative variance" -- \
+	"weights: $T/neg.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
 # Damage where a present expert is read: the tensor matches nothing, and
 # the error names the damaged key rather than only the keys tried, with
 # experts.yaml and without (the keys the node names lead to).
