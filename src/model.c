@@ -477,6 +477,9 @@ static int named_vi(const Model *md, Onnx__ValueInfoProto **v, size_t n, const c
 	return 0;
 }
 
+static int named_nodes(const Model *md, Onnx__NodeProto *const *node, size_t nn, const char *what, const char *gn,
+		       Err *e);
+
 static int named_graph(const Model *md, const Onnx__GraphProto *g, Err *e)
 {
 	const char *gn = g->name ? g->name : "";
@@ -487,11 +490,17 @@ static int named_graph(const Model *md, const Onnx__GraphProto *g, Err *e)
 	for (size_t i = 0; i < g->n_initializer; i++)
 		if (!g->initializer[i]->name)
 			return errf(e, "%s: not a valid ONNX model: initializer %zu of graph '%s' has no name", md->path, i, gn);
-	for (size_t i = 0; i < g->n_node; i++) {
-		const Onnx__NodeProto *n = g->node[i];
+	return named_nodes(md, g->node, g->n_node, "graph", gn, e);
+}
+
+/* The nodes of a graph or a function (what: "graph" or "function"). */
+static int named_nodes(const Model *md, Onnx__NodeProto *const *node, size_t nn, const char *what, const char *gn, Err *e)
+{
+	for (size_t i = 0; i < nn; i++) {
+		const Onnx__NodeProto *n = node[i];
 		if (!n->op_type)
-			return errf(e, "%s: not a valid ONNX model: node %zu ('%s') of graph '%s' has no op_type",
-			            md->path, i, n->name ? n->name : "", gn);
+			return errf(e, "%s: not a valid ONNX model: node %zu ('%s') of %s '%s' has no op_type",
+			            md->path, i, n->name ? n->name : "", what, gn);
 		for (size_t j = 0; j < n->n_attribute; j++) {
 			const Onnx__AttributeProto *at = n->attribute[j];
 			if (!at->name)
@@ -568,6 +577,13 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 	md->size = n;
 	if (named_graph(md, md->m->graph, e) < 0)
 		return -1;
+	for (size_t i = 0; i < md->m->n_functions; i++) {
+		const Onnx__FunctionProto *f = md->m->functions[i];
+		if (!f->name)
+			return errf(e, "%s: not a valid ONNX model: function %zu has no name", path, i);
+		if (named_nodes(md, f->node, f->n_node, "function", f->name, e) < 0)
+			return -1;
+	}
 	return walk_model(md, ext_visit, e);
 }
 

@@ -1,4 +1,4 @@
-/* The pipeline in one place: index, shapes -> detect -> bind -> per-layer
+/* The pipeline in one place: inline local functions -> index, shapes -> detect -> bind -> per-layer
  * densify -> tidy -> shape-guard folding -> tidy -> check. Every rebuild or
  * refresh of the index is written out here (the shape inference too, but
  * where a pass or the check infers an index not yet inferred):
@@ -11,6 +11,7 @@
 
 #include "graph.h"
 #include "infer.h"
+#include "inline.h"
 #include "moe.h"
 #include "spawn.h"
 
@@ -365,6 +366,13 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	/* The second core, idle once the checkpoint is open: it populates
 	 * the next arena block while this one fills the last. */
 	arena_prefill(1);
+	/* A model-local function hides its nodes from every analysis (a MoE
+	 * kept as one was "no MoE router found"): calls are inlined first,
+	 * and written so when the model is repaired. */
+	Inlined inl;
+	if (model_inline(md->m, md->a, &inl, e))
+		goto out;
+	r->inlined = (int)inl.n;
 	/* The passes walk producers and consumers assuming a well-formed graph:
 	 * cycles, values defined twice or never are refused before any runs. */
 	if (g_init(&c, md->m, md->a, e) || sort_all(&c, c.g, e) || g_infer(&c, e) || g_check(&c, e))
@@ -543,6 +551,8 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	}
 	if (o->check_only)
 		r->changed = 0; /* the dry repairs: nothing is written */
+	if (!r->changed)
+		model_uninline(md->m, &inl);
 	ret = 0;
 	if (c.nlater) {
 		/* The new weights are read when the model is written. */

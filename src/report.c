@@ -111,6 +111,9 @@ void report_print(FILE *f, const char *name, const Report *r, RunMode mode, int 
 		}
 		fputc('\n', f);
 	}
+	if (r->inlined)
+		fprintf(f, "%s: calls of model-local functions %s: %d\n", name,
+		        mode == RUN_REPAIR && r->changed ? "inlined" : "looked into", r->inlined);
 	if (r->ifs_folded)
 		fprintf(f, "%s: shape-guard If %s outside MoE layers: %d\n", name,
 		        mode == RUN_REPAIR ? "folded" : "to fold", r->ifs_folded);

@@ -29,6 +29,7 @@ typedef struct {
 	LayerReport *layer;
 	size_t nlayer;
 	int ifs_folded;       /* shape-guard Ifs folded to Squeeze outside MoE layers */
+	int inlined;          /* calls of model-local functions inlined before the analyses */
 	int damaged;          /* --check / diagnosis: something needs repair */
 	int changed;          /* the model was rewritten */
 	int convs_before, convs_after; /* Conv nodes of the whole model */
