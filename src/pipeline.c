@@ -1,5 +1,6 @@
-/* The pipeline in one place: inline local functions -> index, shapes -> detect -> bind -> per-layer
- * densify -> tidy -> shape-guard folding -> tidy -> check. Every rebuild or
+/* The pipeline in one place: inline local functions -> index, shapes ->
+ * detect -> bind -> per-layer densify -> tidy -> shape-guard folding ->
+ * tidy -> check. Every rebuild or
  * refresh of the index is written out here (the shape inference too, but
  * where a pass or the check infers an index not yet inferred):
  * detection results hold no index objects, and the passes that take a Layer
