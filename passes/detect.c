@@ -646,6 +646,24 @@ static int cmp_pos(const void *a, const void *b, void *ctx)
  * dispatch comparison: the exporter emits an expert after its dispatch).
  * What it reads from outside besides constants is its input; more than one
  * such value is an error. */
+
+/* A graph input with no initializer that a node reads as a weight (a
+ * Conv's, a Gemm's or MatMul's second input): what torch.onnx.export
+ * makes of every parameter with export_params=False. */
+static int weightless(Graph *g, const char *name)
+{
+	Val *v = g_val(g, name);
+	if (!v || !v->isin || v->init || v->g != g)
+		return 0;
+	for (uint32_t i = 0; i < v->nuse; i++) {
+		const Node *n = v->use[i].n;
+		if ((g_is(n, "Conv") || g_is(n, "ConvTranspose") || g_is(n, "Gemm") || g_is(n, "MatMul")) &&
+		    n->n_input > 1 && strcmp(n->input[1], name) == 0)
+			return 1;
+	}
+	return 0;
+}
+
 static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, const char *hint_in, Err *e)
 {
 	/* out may live in a body: look it up where the product is. */
@@ -697,6 +715,9 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, co
 				input = v;
 			else if (hint_in && (strcmp(v, hint_in) == 0 || strcmp(input, hint_in) == 0))
 				input = hint_in;
+			else if (weightless(g, input) || weightless(g, v))
+				return errf(e, "layer %s: expert %d reads its weight '%s' from a graph input with no initializer: an export without its weights (export_params=False) has nothing to verify the checkpoint against; export the model with its parameters",
+					    L->scope, x->id, weightless(g, v) ? v : input);
 			else
 				return errf(e, "layer %s: expert %d reads two tensors from outside ('%s' and '%s'); set `input:` in experts.yaml",
 					    L->scope, x->id, input, v);

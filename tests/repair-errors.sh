@@ -153,6 +153,23 @@ gpoison "$d/broken.onnx" "$T/ginf.onnx" onnx::Conv_216 3 inf
 case_ "infinite value in another present expert's own tensor" "$T/ginf.onnx" \
 	"layer model.0: expert 3's tensor 'onnx::Conv_216' differs from its checkpoint rebuild (relative difference inf); 'onnx::Conv_216' in the model holds an infinite value at element 3 of 64: is the export damaged?" -- \
 	"weights: $d/model.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
+# An export without its weights (export_params=False): every parameter a
+# graph input with no initializer. Refused, saying so rather than asking
+# for `input:`.
+"$py" - "$d/broken.onnx" "$T/noparams.onnx" <<'PYEOF'
+import sys
+import onnx
+from onnx import helper
+m = onnx.load(sys.argv[1])
+g = m.graph
+for t in g.initializer:
+    g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+del g.initializer[:]
+onnx.save(m, sys.argv[2])
+PYEOF
+case_ "an export without its weights" "$T/noparams.onnx" \
+	"from a graph input with no initializer: an export without its weights (export_params=False) has nothing to verify the checkpoint against" -- \
+	"weights: $d/model.safetensors" "moe:" "  - {scope: model.0, experts: 4, top_k: 2}"
 # Another model's checkpoint, without experts.yaml: the path the node names
 # give, and the question, not the last guess made by value.
 expect 2 "--weights of another model" -- "$BIN" -q "$d/broken.onnx" --weights "$k2/model.safetensors" -o "$T/o.onnx" &&
