@@ -56,6 +56,16 @@ static void custom_opset(B *b)
 	B_PUSH(b->a, b->m->opset_import, b->m->n_opset_import, o);
 }
 
+/* X [1,4] -> ... -> Y, opset 17 and the domain "custom": the frame most
+ * cases fill. */
+static void frame(B *b)
+{
+	b_new(b, 17);
+	custom_opset(b);
+	b_in(b, NULL, "X", FLOAT, "1,4");
+	b_out(b, NULL, "Y", FLOAT, "1,4");
+}
+
 /* F(x) -> (z, x): z = Relu(LeakyRelu(x, alpha = @a)); its second output
  * passes its input through. */
 static void leaky(B *b, int opset)
@@ -182,10 +192,7 @@ END_TEST
 START_TEST(nested_calls)
 {
 	B b;
-	b_new(&b, 17);
-	custom_opset(&b);
-	b_in(&b, NULL, "X", FLOAT, "1,4");
-	b_out(&b, NULL, "Y", FLOAT, "1,4");
+	frame(&b);
 	leaky(&b, 17);
 	Onnx__GraphProto *body = b_graph(&b, "H");
 	call(&b, body, "F", "/h/F", "x", "y", 0.2);
@@ -211,10 +218,7 @@ START_TEST(refused)
 {
 	B b;
 	/* another version of the default opset than the model's */
-	b_new(&b, 17);
-	custom_opset(&b);
-	b_in(&b, NULL, "X", FLOAT, "1,4");
-	b_out(&b, NULL, "Y", FLOAT, "1,4");
+	frame(&b);
 	leaky(&b, 13);
 	call(&b, NULL, "F", "/m/F", "X", "Y", 0.3);
 	Inlined u;
@@ -225,10 +229,7 @@ START_TEST(refused)
 	b_free(&b);
 
 	/* a function that calls itself */
-	b_new(&b, 17);
-	custom_opset(&b);
-	b_in(&b, NULL, "X", FLOAT, "1,4");
-	b_out(&b, NULL, "Y", FLOAT, "1,4");
+	frame(&b);
 	Onnx__GraphProto *body = b_graph(&b, "R");
 	call(&b, body, "R", "/r/R", "x", "y", -1);
 	fn(&b, "R", "x", "y", body, 17);
@@ -238,10 +239,7 @@ START_TEST(refused)
 	b_free(&b);
 
 	/* more inputs than the function takes */
-	b_new(&b, 17);
-	custom_opset(&b);
-	b_in(&b, NULL, "X", FLOAT, "1,4");
-	b_out(&b, NULL, "Y", FLOAT, "1,4");
+	frame(&b);
 	leaky(&b, 17);
 	call(&b, NULL, "F", "/m/F", "X,X", "Y", 0.3);
 	ck_assert_int_eq(model_inline(b.m, b.a, &u, &b.e), -1);
