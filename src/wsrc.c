@@ -1,6 +1,7 @@
 #include "wsrc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,54 @@ static int ends_with(const char *s, const char *suf)
 	return n >= m && strcasecmp(s + n - m, suf) == 0;
 }
 
+enum { W_UNKNOWN, W_SAFETENSORS, W_NPZ, W_ONNX, W_PT };
+
+/* A file whose name says nothing (a Lightning `.ckpt`, a `best` without
+ * extension, safetensors named `.weights`): its first bytes do. A zip
+ * whose first member is an .npy is numpy's .npz, any other torch.save's;
+ * safetensors opens with its header's length and '{'; a pickle is a
+ * legacy torch.save (which the reader refuses with its fix); an ONNX
+ * model opens with its ir_version, field 1. */
+static int sniff(const char *path, off_t size)
+{
+	unsigned char b[30 + 256];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return W_UNKNOWN;
+	ssize_t n = pread(fd, b, sizeof b, 0);
+	close(fd);
+	if (n >= 30 && memcmp(b, "PK\3\4", 4) == 0) {
+		size_t ln = (size_t)b[26] | (size_t)b[27] << 8;
+		return 30 + ln <= (size_t)n && ln >= 4 && memcmp(b + 30 + ln - 4, ".npy", 4) == 0 ? W_NPZ : W_PT;
+	}
+	if (n >= 9 && b[8] == '{') {
+		uint64_t h = 0;
+		for (int i = 0; i < 8; i++)
+			h |= (uint64_t)b[i] << (8 * i);
+		if (h >= 2 && h <= (uint64_t)size - 8)
+			return W_SAFETENSORS;
+	}
+	if (n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5)
+		return W_PT;
+	if (n >= 2 && b[0] == 0x08)
+		return W_ONNX;
+	return W_UNKNOWN;
+}
+
+static int kind_of(const char *path, const struct stat *st)
+{
+	if (ends_with(path, ".safetensors"))
+		return W_SAFETENSORS;
+	if (ends_with(path, ".npz"))
+		return W_NPZ;
+	if (ends_with(path, ".onnx"))
+		return W_ONNX;
+	if (ends_with(path, ".pt") || ends_with(path, ".pth") || ends_with(path, ".bin"))
+		return W_PT;
+	/* Only a regular file is opened to look: a FIFO would block. */
+	return S_ISREG(st->st_mode) ? sniff(path, st->st_size) : W_UNKNOWN;
+}
+
 WSrc *wsrc_open(const char *path, const char *key, Arena *a, Err *e)
 {
 	struct stat st;
@@ -30,18 +79,19 @@ WSrc *wsrc_open(const char *path, const char *key, Arena *a, Err *e)
 	w->a = a;
 	map_init(&w->byname, a, 64);
 	int rc;
+	int kind = S_ISDIR(st.st_mode) ? W_UNKNOWN : kind_of(path, &st);
 	if (S_ISDIR(st.st_mode))
 		rc = wsrc_read_npydir(w, e);
-	else if (ends_with(path, ".safetensors"))
+	else if (kind == W_SAFETENSORS)
 		rc = wsrc_read_safetensors(w, e);
-	else if (ends_with(path, ".npz"))
+	else if (kind == W_NPZ)
 		rc = wsrc_read_npz(w, e);
-	else if (ends_with(path, ".onnx"))
+	else if (kind == W_ONNX)
 		rc = wsrc_read_onnx(w, e);
-	else if (ends_with(path, ".pt") || ends_with(path, ".pth") || ends_with(path, ".bin"))
+	else if (kind == W_PT)
 		rc = wsrc_read_pt(w, key, e);
 	else {
-		errf(e, "%s: unknown weight source type; use .safetensors, .npz, .onnx, .pt/.pth or a directory of .npy files",
+		errf(e, "%s: unknown weight source type (neither its name nor its first bytes say); use .safetensors, .npz, .onnx, .pt/.pth or a directory of .npy files",
 			path);
 		return NULL;
 	}

@@ -80,4 +80,18 @@ expect 1 "diagnosis of an export with every expert present" -- "$BIN" "$si/broke
 grep -v '^weights:' "$si/experts.yaml" >"$T/noweights.yaml"
 expect 0 "its repair from an experts.yaml without weights" -- \
 	"$BIN" -q "$si/broken.onnx" --experts "$T/noweights.yaml" -o "$T/si.onnx"
+
+# A checkpoint whose name says nothing (a Lightning .ckpt, safetensors
+# named .weights, a trainer's file without extension): its first bytes
+# tell the format, and the repair is the one its usual name gives.
+"$BIN" -q "$ex/broken.onnx" --weights "$ex/model.safetensors" -o "$T/named.onnx" || fail "repair from model.safetensors"
+cp "$ex/model.pt" "$T/last.ckpt" && cp "$ex/model.safetensors" "$T/model.weights" && cp "$ex/model.pt" "$T/best" || exit 99
+for w in last.ckpt model.weights best; do
+	expect 0 "checkpoint named $w" -- "$BIN" -q "$ex/broken.onnx" --weights "$T/$w" -o "$T/sniffed.onnx" &&
+		{ cmp -s "$T/named.onnx" "$T/sniffed.onnx" && ok "$w: the same repair" || fail "$w: another repair"; }
+done
+printf 'not weights\n' >"$T/notes.txt"
+expect 2 "a file no format fits" -- "$BIN" -q "$ex/broken.onnx" --weights "$T/notes.txt" -o "$T/o.onnx" &&
+	{ grep -qF "notes.txt: unknown weight source type (neither its name nor its first bytes say)" "$T/err" &&
+		ok "it says the format is unknown" || fail "a file no format fits: $(cat "$T/err")"; }
 finish

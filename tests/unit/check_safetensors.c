@@ -197,7 +197,7 @@ END_TEST
 START_TEST(st_open_dispatch)
 {
 	st_refuse(tu_write("x.weights", "abc", 3),
-		"unknown weight source type; use .safetensors, .npz, .onnx, .pt/.pth or a directory of .npy files");
+		"unknown weight source type (neither its name nor its first bytes say); use .safetensors, .npz, .onnx, .pt/.pth or a directory of .npy files");
 	Arena *a = arena_new();
 	Err e;
 	ck_assert_ptr_null(wsrc_open(tu_path("absent.safetensors"), NULL, a, &e));
