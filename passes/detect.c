@@ -633,13 +633,6 @@ static void nv_push(NodeVec *nv, Node *n)
 	nv->v[nv->n++] = n;
 }
 
-static int cmp_pos(const void *a, const void *b, void *ctx)
-{
-	const Ctx *c = ctx;
-	size_t x = g_pos(c, *(Node *const *)a), y = g_pos(c, *(Node *const *)b);
-	return x < y ? -1 : x > y;
-}
-
 /* The nodes between the expert's input and `out`: walked back from out,
  * stopping at `stop` (the gathered rows), at constants, at values defined
  * outside out's graph, and, in the main graph, before position `low` (the
@@ -662,6 +655,58 @@ static int weightless(Graph *g, const char *name)
 			return 1;
 	}
 	return 0;
+}
+
+/* The i-th value node n reads in g: its inputs, then what its bodies read
+ * from g, in the order collect() walks them; NULL past the last. */
+static const char *nth_read(const Graph *g, const Node *n, size_t i)
+{
+	if (i < n->n_input)
+		return n->input[i];
+	i -= n->n_input;
+	for (size_t k = 0; k < g->nsub; k++)
+		if (g->sub[k]->owner == n) {
+			if (i < g->sub[k]->nouter)
+				return g->sub[k]->outer[i];
+			i -= g->sub[k]->nouter;
+		}
+	return NULL;
+}
+
+/* The n nodes of set (marked 1) in an order their data flow alone fixes:
+ * depth first from out, each node after the producers it reads, in slot
+ * order. Experts built alike so list matching nodes at matching places
+ * whatever order the graph holds them in (any topological order is a
+ * valid model, and a tool's sort interleaves an expert's branches as it
+ * likes): the structure check and every slot-by-slot pairing of experts
+ * read them by index. */
+static size_t flow_order(Ctx *c, const Graph *g, const char *out, PMap *set, Node **dst, size_t n)
+{
+	struct Frame {
+		Node *n;
+		size_t next;
+	} *st = arena_alloc(c->tmp, (n + 1) * sizeof *st);
+	size_t sp = 0, k = 0;
+	Val *ov = g_val(g, out);
+	if (!ov || !ov->def || pmap_get(set, ov->def) != (void *)1)
+		return 0;
+	pmap_put(set, ov->def, (void *)2);
+	st[sp++] = (struct Frame){ ov->def, 0 };
+	while (sp) {
+		struct Frame *f = &st[sp - 1];
+		const char *v = nth_read(g, f->n, f->next++);
+		if (!v) {
+			dst[k++] = f->n;
+			sp--;
+			continue;
+		}
+		Val *vv = *v ? g_val(g, v) : NULL;
+		if (vv && vv->def && vv->g == g && pmap_get(set, vv->def) == (void *)1) {
+			pmap_put(set, vv->def, (void *)2);
+			st[sp++] = (struct Frame){ vv->def, 0 };
+		}
+	}
+	return k;
 }
 
 static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, const char *hint_in, Err *e)
@@ -697,9 +742,11 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, co
 		 * GroupNorm weight through Unsqueeze) is part of it wherever it
 		 * sits: a simplifier's sort (onnxslim) puts such chains at the
 		 * top of the graph, before the dispatch, and a clone that read
-		 * the template's would be silently wrong. */
-		int before = g == c->g && vv && vv->def && g_pos(c, vv->def) < low &&
-			     !(is_const(g, v, 0) && !g_is(vv->def, "Constant"));
+		 * the template's would be silently wrong. So is a Constant node:
+		 * any topological order may put one there, and an expert that
+		 * owned it in one place and not in another would differ from
+		 * its siblings in structure. */
+		int before = g == c->g && vv && vv->def && g_pos(c, vv->def) < low && !is_const(g, v, 0);
 		/* An Identity of a weight is that weight (g_const): an exporter
 		 * merging equal initializers (the norms of experts no gradient
 		 * reached) leaves one at the top of the graph for every expert
@@ -739,8 +786,10 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, co
 			    L->scope, x->id, input, stop);
 	if (!stop && !input)
 		return errf(e, "layer %s: expert %d reads no tensor but constants; cannot tell its input", L->scope, x->id);
-	if (nv.n > 1) /* an expert that is its input has no node, and nv.v is NULL */
-		qsort_r(nv.v, nv.n, sizeof *nv.v, cmp_pos, c);
+	/* an expert that is its input has no node, and nv.v is NULL */
+	if (nv.n > 1 && flow_order(c, g, x->out, &seen, nv.v, nv.n) != nv.n)
+		return errf(e, "layer %s: internal error: expert %d's nodes do not all lead to its output; please report this model",
+			    L->scope, x->id);
 	x->node = nv.v;
 	x->nnode = nv.n;
 	x->g = g;
