@@ -1176,12 +1176,36 @@ static size_t sibling_families(Src *s, const Layer *L, int id, const char ***out
 	return n;
 }
 
+/* Up to max main-graph nodes that v is computed by, marked in seen. */
+static void cone(Ctx *c, const char *v, PMap *seen, int max)
+{
+	size_t nt = 0, ct = 64;
+	const char **todo = arena_alloc(c->tmp, ct * sizeof *todo);
+	todo[nt++] = v;
+	for (int steps = 0; nt && steps < max; steps++) {
+		Val *vv = g_val(c->g, todo[--nt]);
+		Node *n = vv ? vv->def : NULL;
+		if (!n || pmap_get(seen, n) || g_graph_of(c, n) != c->g)
+			continue;
+		pmap_put(seen, n, (void *)1);
+		for (size_t j = 0; j < n->n_input; j++) {
+			if (nt == ct) {
+				todo = arena_grow(c->tmp, todo, ct * sizeof *todo, 2 * ct * sizeof *todo);
+				ct *= 2;
+			}
+			todo[nt++] = n->input[j];
+		}
+	}
+}
+
 /* The experts' shared input must not be computed by per-expert weights: an
  * expert that starts before its row gather (a per-expert depthwise layer
  * on the shared stem) would be rebuilt without that start, silently wrong
  * when one expert present cannot show the difference. The nodes computing
- * the input, back to the router, are checked against the template's
- * per-expert tensors outside its expert path. */
+ * the input, back to what the router reads, are checked against the
+ * template's per-expert tensors outside its expert path. The router's side
+ * is told by data flow, not by position: a tool's topological sort may put
+ * the input's computation above the router. */
 static int shared_input(Src *s, const Layer *L, const Expert *tpl, Err *e)
 {
 	Ctx *c = s->c;
@@ -1189,15 +1213,18 @@ static int shared_input(Src *s, const Layer *L, const Expert *tpl, Err *e)
 	size_t nf = sibling_families(s, L, tpl->id, &fam);
 	if (!nf)
 		return 0;
-	size_t low = L->topk ? g_pos(c, L->topk) : 0, nt = 0, ct = 64;
+	size_t nt = 0, ct = 64;
 	const char **todo = arena_alloc(c->tmp, ct * sizeof *todo);
-	PMap seen;
+	PMap seen, router;
 	pmap_init(&seen, c->tmp, 64);
+	pmap_init(&router, c->tmp, 64);
+	if (L->topk)
+		cone(c, L->topk->input[0], &router, 256);
 	todo[nt++] = L->x;
 	for (int steps = 0; nt && steps < 256; steps++) {
 		Val *v = g_val(c->g, todo[--nt]);
 		Node *n = v ? v->def : NULL;
-		if (!n || pmap_get(&seen, n) || g_graph_of(c, n) != c->g || g_pos(c, n) < low)
+		if (!n || pmap_get(&seen, n) || g_graph_of(c, n) != c->g || pmap_get(&router, n))
 			continue;
 		pmap_put(&seen, n, (void *)1);
 		for (size_t j = 0; j < n->n_input; j++) {
