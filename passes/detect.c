@@ -633,13 +633,6 @@ static void nv_push(NodeVec *nv, Node *n)
 	nv->v[nv->n++] = n;
 }
 
-/* The nodes between the expert's input and `out`: walked back from out,
- * stopping at `stop` (the gathered rows), at constants, at values defined
- * outside out's graph, and, in the main graph, before position `low` (the
- * dispatch comparison: the exporter emits an expert after its dispatch).
- * What it reads from outside besides constants is its input; more than one
- * such value is an error. */
-
 /* A graph input with no initializer that a node reads as a weight (a
  * Conv's, a Gemm's or MatMul's second input): what torch.onnx.export
  * makes of every parameter with export_params=False. */
@@ -709,6 +702,12 @@ static size_t flow_order(Ctx *c, const Graph *g, const char *out, PMap *set, Nod
 	return k;
 }
 
+/* The nodes between the expert's input and `out`: walked back from out,
+ * stopping at `stop` (the gathered rows), at constants, at values defined
+ * outside out's graph, and, in the main graph, before position `low` (the
+ * dispatch comparison: the exporter emits an expert after its dispatch).
+ * What it reads from outside besides constants is its input; more than one
+ * such value is an error. The nodes are listed in flow_order's order. */
 static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, const char *hint_in, Err *e)
 {
 	/* out may live in a body: look it up where the product is. */

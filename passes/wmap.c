@@ -1176,19 +1176,26 @@ static size_t sibling_families(Src *s, const Layer *L, int id, const char ***out
 	return n;
 }
 
-/* Up to max main-graph nodes that v is computed by, marked in seen. */
-static void cone(Ctx *c, const char *v, PMap *seen, int max)
+/* The main-graph nodes v is computed by, depth first, in the order first
+ * reached, within max steps: marked in seen, listed in *out when out is
+ * given. Constants and nodes marked in stop end the walk. */
+static size_t cone(Ctx *c, const char *v, const PMap *stop, int max, PMap *seen, Node ***out)
 {
-	size_t nt = 0, ct = 64;
+	size_t nt = 0, ct = 64, nn = 0;
 	const char **todo = arena_alloc(c->tmp, ct * sizeof *todo);
+	Node **list = out ? arena_alloc(c->tmp, (size_t)max * sizeof *list) : NULL;
 	todo[nt++] = v;
 	for (int steps = 0; nt && steps < max; steps++) {
 		Val *vv = g_val(c->g, todo[--nt]);
 		Node *n = vv ? vv->def : NULL;
-		if (!n || pmap_get(seen, n) || g_graph_of(c, n) != c->g)
+		if (!n || pmap_get(seen, n) || g_graph_of(c, n) != c->g || (stop && pmap_get(stop, n)))
 			continue;
 		pmap_put(seen, n, (void *)1);
+		if (list)
+			list[nn++] = n;
 		for (size_t j = 0; j < n->n_input; j++) {
+			if (!*n->input[j] || g_const(c->g, n->input[j]))
+				continue;
 			if (nt == ct) {
 				todo = arena_grow(c->tmp, todo, ct * sizeof *todo, 2 * ct * sizeof *todo);
 				ct *= 2;
@@ -1196,6 +1203,9 @@ static void cone(Ctx *c, const char *v, PMap *seen, int max)
 			todo[nt++] = n->input[j];
 		}
 	}
+	if (out)
+		*out = list;
+	return nn;
 }
 
 /* The experts' shared input must not be computed by per-expert weights: an
@@ -1213,20 +1223,15 @@ static int shared_input(Src *s, const Layer *L, const Expert *tpl, Err *e)
 	size_t nf = sibling_families(s, L, tpl->id, &fam);
 	if (!nf)
 		return 0;
-	size_t nt = 0, ct = 64;
-	const char **todo = arena_alloc(c->tmp, ct * sizeof *todo);
 	PMap seen, router;
 	pmap_init(&seen, c->tmp, 64);
 	pmap_init(&router, c->tmp, 64);
 	if (L->topk)
-		cone(c, L->topk->input[0], &router, 256);
-	todo[nt++] = L->x;
-	for (int steps = 0; nt && steps < 256; steps++) {
-		Val *v = g_val(c->g, todo[--nt]);
-		Node *n = v ? v->def : NULL;
-		if (!n || pmap_get(&seen, n) || g_graph_of(c, n) != c->g || pmap_get(&router, n))
-			continue;
-		pmap_put(&seen, n, (void *)1);
+		cone(c, L->topk->input[0], NULL, 256, &router, NULL);
+	Node **ns;
+	size_t nn = cone(c, L->x, &router, 256, &seen, &ns);
+	for (size_t i = 0; i < nn; i++) {
+		const Node *n = ns[i];
 		for (size_t j = 0; j < n->n_input; j++) {
 			const Tensor *t = g_const(c->g, n->input[j]);
 			int64_t cnt;
@@ -1237,13 +1242,6 @@ static int shared_input(Src *s, const Layer *L, const Expert *tpl, Err *e)
 					return errf(e, "layer %s: node '%s', which computes the experts' input '%s', reads '%s' = %s, a tensor of expert %d outside '%s' (the checkpoint has one per expert under '%s'): experts that span more than their expert path cannot be rebuilt",
 						    L->scope, n->name ? n->name : n->op_type, L->x, t->name,
 						    describe(c, fam[k], &cs.v[0].r), tpl->id, expert_path(c, L->spec, tpl->id), fam[k]);
-			}
-			if (!t && *n->input[j]) {
-				if (nt == ct) {
-					todo = arena_grow(c->a, todo, ct * sizeof *todo, 2 * ct * sizeof *todo);
-					ct *= 2;
-				}
-				todo[nt++] = n->input[j];
 			}
 		}
 	}

@@ -19,7 +19,7 @@ static int ends_with(const char *s, const char *suf)
 	return n >= m && strcasecmp(s + n - m, suf) == 0;
 }
 
-enum { W_UNKNOWN, W_SAFETENSORS, W_NPZ, W_ONNX, W_PT };
+enum { W_UNKNOWN, W_DIR, W_SAFETENSORS, W_NPZ, W_ONNX, W_PT };
 
 /* A file whose name says nothing (a Lightning `.ckpt`, a `best` without
  * extension, safetensors named `.weights`): its first bytes do. A zip
@@ -55,6 +55,8 @@ static int sniff(const char *path, off_t size)
 
 static int kind_of(const char *path, const struct stat *st)
 {
+	if (S_ISDIR(st->st_mode))
+		return W_DIR;
 	if (ends_with(path, ".safetensors"))
 		return W_SAFETENSORS;
 	if (ends_with(path, ".npz"))
@@ -79,8 +81,8 @@ WSrc *wsrc_open(const char *path, const char *key, Arena *a, Err *e)
 	w->a = a;
 	map_init(&w->byname, a, 64);
 	int rc;
-	int kind = S_ISDIR(st.st_mode) ? W_UNKNOWN : kind_of(path, &st);
-	if (S_ISDIR(st.st_mode))
+	int kind = kind_of(path, &st);
+	if (kind == W_DIR)
 		rc = wsrc_read_npydir(w, e);
 	else if (kind == W_SAFETENSORS)
 		rc = wsrc_read_safetensors(w, e);
