@@ -702,13 +702,57 @@ static size_t flow_order(Ctx *c, const Graph *g, const char *out, PMap *set, Nod
 	return k;
 }
 
-/* The nodes between the expert's input and `out`: walked back from out,
- * stopping at `stop` (the gathered rows), at constants, at values defined
- * outside out's graph, and, in the main graph, before position `low` (the
- * dispatch comparison: the exporter emits an expert after its dispatch).
+/* One value the expert reads from outside: constants and the gathered rows
+ * are expected; anything else is its input, of which there is one. */
+static int outside(Graph *g, Layer *L, Expert *x, const char *stop, const char *hint_in, const char *v,
+		   const char **input, Err *e)
+{
+	if ((stop && strcmp(v, stop) == 0) || is_const(g, v, 0))
+		return 0;
+	if (!*input || strcmp(*input, v) == 0)
+		*input = v;
+	else if (hint_in && (strcmp(v, hint_in) == 0 || strcmp(*input, hint_in) == 0))
+		*input = hint_in;
+	else if (weightless(g, *input) || weightless(g, v))
+		return errf(e, "layer %s: expert %d reads its weight '%s' from a graph input with no initializer: an export without its weights (export_params=False) has nothing to verify the checkpoint against; export the model with its parameters",
+			    L->scope, x->id, weightless(g, v) ? v : *input);
+	else
+		return errf(e, "layer %s: expert %d reads two tensors from outside ('%s' and '%s'); set `input:` in experts.yaml",
+			    L->scope, x->id, *input, v);
+	return 0;
+}
+
+/* The uses of n's outputs, and one more for a graph output: what must all
+ * lie in an expert for n to be its own. */
+static size_t uses_of(const Ctx *c, Node *n)
+{
+	size_t u = 0;
+	for (size_t j = 0; j < n->n_output; j++) {
+		const Val *v = g_output(c, n, j);
+		if (v)
+			u += v->nuse + (v->isout != 0);
+	}
+	return u;
+}
+
+/* The nodes between the expert's input and `out`, walked back from out.
+ * The walk stops at `stop` (the gathered rows), at values defined outside
+ * out's graph, and at constants' inputs: a constant computed from the
+ * expert's own tensors (its GroupNorm weight through Unsqueeze) is part of
+ * it wherever it sits, as is a Constant node (a simplifier's sort puts
+ * such chains at the top of the graph; a clone that read the template's
+ * would be silently wrong). An expert that runs on the layer's whole input
+ * in the main graph (the traced masksum form) has nothing upstream to
+ * stop at, and no position tells where it starts: any topological order
+ * may put its first nodes above the dispatch (the graph's order bounds
+ * the other main-graph forms, and a lone expert's). There it is its output's
+ * exclusive cone: a node belongs to it once every use of its outputs does,
+ * so the walk stops where a value is read elsewhere too (by the router,
+ * the residual, another expert) or at the `input:` experts.yaml names.
  * What it reads from outside besides constants is its input; more than one
  * such value is an error. The nodes are listed in flow_order's order. */
-static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, const char *hint_in, Err *e)
+static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, int alone, const char *hint_in,
+		   Err *e)
 {
 	/* out may live in a body: look it up where the product is. */
 	Val *ov = g_val(g_graph_of(c, x->mul), x->out);
@@ -716,8 +760,20 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, co
 	if (!ov || !ov->def)
 		return errf(e, "layer %s: expert %d's output '%s' has no producer", L->scope, x->id, x->out);
 	g = ov->g;
-	PMap seen;
+	int excl = g == c->g && !stop && g_graph_of(c, x->mul) == g;
+	/* An expert alone in its layer has no sibling to show which nodes
+	 * are its own and which a stem shared by all: there the exporter's
+	 * order tells, which emits a stem before the dispatch, unless
+	 * experts.yaml names the input. A sort that moved the expert's first
+	 * nodes up leaves a template reading its own weights outside its
+	 * path, which the mapping refuses; one that moved all of it, this. */
+	int bypos = excl && alone && !hint_in;
+	if (bypos && g_pos(c, ov->def) < low)
+		return errf(e, "layer %s: expert %d, the only one the export kept, is computed before its dispatch in the graph's order, which then cannot tell its nodes from a stem all experts share; set `input:` in experts.yaml to the tensor the experts read",
+			    L->scope, x->id);
+	PMap seen, left;
 	pmap_init(&seen, c->tmp, 64);
+	pmap_init(&left, c->tmp, 16); /* node -> 1 + its uses not yet in the expert */
 	NodeVec nv = { .a = c->a };
 	const char **todo = NULL;
 	size_t nt = 0, ct = 0;
@@ -731,42 +787,37 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, co
 		}                                                                               \
 		todo[nt++] = (s);                                                               \
 	} while (0)
+	/* The weighting's read of out: one of out's uses, none of the expert's. */
 	TODO(x->out);
 	while (nt) {
 		const char *v = todo[--nt];
 		if (!*v)
 			continue;
 		Val *vv = g_val(g, v);
-		/* A constant computed from the expert's own tensors (its
-		 * GroupNorm weight through Unsqueeze) is part of it wherever it
-		 * sits: a simplifier's sort (onnxslim) puts such chains at the
-		 * top of the graph, before the dispatch, and a clone that read
-		 * the template's would be silently wrong. So is a Constant node:
-		 * any topological order may put one there, and an expert that
-		 * owned it in one place and not in another would differ from
-		 * its siblings in structure. */
-		int before = g == c->g && vv && vv->def && g_pos(c, vv->def) < low && !is_const(g, v, 0);
 		/* An Identity of a weight is that weight (g_const): an exporter
 		 * merging equal initializers (the norms of experts no gradient
 		 * reached) leaves one at the top of the graph for every expert
 		 * but the first, which would then differ in structure. */
 		int alias = vv && vv->def && g_is(vv->def, "Identity") && g_const(g, v);
-		int leaf = !vv || !vv->def || vv->g != g || (stop && strcmp(v, stop) == 0) || before || alias;
+		/* Elsewhere in the main graph the walk ends before the dispatch
+		 * comparison (at `low`): with the gathered rows to stop at, what
+		 * it meets there can only be a second input, an error. */
+		int before = g == c->g && (!excl || bypos) && vv && vv->def && g_pos(c, vv->def) < low && !is_const(g, v, 0);
+		int leaf = !vv || !vv->def || vv->g != g || (stop && strcmp(v, stop) == 0) || before || alias ||
+			   (excl && hint_in && strcmp(v, hint_in) == 0);
 		if (!leaf && pmap_get(&seen, vv->def))
 			continue;
+		if (!leaf && excl && !is_const(g, v, 0)) {
+			void **r = pmap_ref(&left, vv->def);
+			if (!*r)
+				*r = (void *)(uintptr_t)(uses_of(c, vv->def) + 1);
+			*r = (void *)((uintptr_t)*r - 1);
+			if ((uintptr_t)*r > 1)
+				continue; /* read from outside, unless its last use comes */
+		}
 		if (leaf) {
-			if ((stop && strcmp(v, stop) == 0) || is_const(g, v, 0))
-				;
-			else if (!input || strcmp(input, v) == 0)
-				input = v;
-			else if (hint_in && (strcmp(v, hint_in) == 0 || strcmp(input, hint_in) == 0))
-				input = hint_in;
-			else if (weightless(g, input) || weightless(g, v))
-				return errf(e, "layer %s: expert %d reads its weight '%s' from a graph input with no initializer: an export without its weights (export_params=False) has nothing to verify the checkpoint against; export the model with its parameters",
-					    L->scope, x->id, weightless(g, v) ? v : input);
-			else
-				return errf(e, "layer %s: expert %d reads two tensors from outside ('%s' and '%s'); set `input:` in experts.yaml",
-					    L->scope, x->id, input, v);
+			if (outside(g, L, x, stop, hint_in, v, &input, e))
+				return -1;
 			continue;
 		}
 		Node *n = vv->def;
@@ -780,6 +831,19 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, co
 					TODO(g->sub[k]->outer[j]);
 	}
 #undef TODO
+	/* What the exclusive cone reads of nodes left out is read from outside;
+	 * out itself, when something besides the weighting reads it too. */
+	if (excl && !pmap_get(&seen, ov->def) && outside(g, L, x, stop, hint_in, x->out, &input, e))
+		return -1;
+	for (size_t i = 0; excl && i < nv.n; i++) {
+		const char *v;
+		for (size_t j = 0; (v = nth_read(g, nv.v[i], j)); j++) {
+			Val *vv = *v ? g_val(g, v) : NULL;
+			if (vv && vv->def && vv->g == g && !pmap_get(&seen, vv->def) &&
+			    outside(g, L, x, stop, hint_in, v, &input, e))
+				return -1;
+		}
+	}
 	if (stop && input)
 		return errf(e, "layer %s: expert %d reads '%s' besides its gathered rows '%s'; set `input:` in experts.yaml",
 			    L->scope, x->id, input, stop);
@@ -1113,7 +1177,7 @@ static int agree(Layer *L, const char **dst, const char *v, const char *what, in
 		    L->scope, what, *dst, id, v);
 }
 
-static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const char **wview,
+static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const char **wview, int alone,
 		     Err *e)
 {
 	Graph *g = c->g;
@@ -1238,7 +1302,7 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 	x->out = wu.mul->input[1 - wu.slot];
 	if (agree(L, wview, wsrc, "routing weights", x->id, e))
 		return -1;
-	return collect(c, L, x, stop, low, L->spec ? L->spec->input : NULL, e);
+	return collect(c, L, x, stop, low, alone, L->spec ? L->spec->input : NULL, e);
 }
 
 /* Attributes that are values, not structure: a Constant's value and a
@@ -1681,7 +1745,7 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 		if (agree(L, &L->indices, w.view[i], "router indices", (int)w.id[i], e))
 			return -1;
 		Expert *x = &L->ex[L->nex++];
-		if (expert_of(c, L, w.eq[i], w.id[i], x, &L->weights, e))
+		if (expert_of(c, L, w.eq[i], w.id[i], x, &L->weights, w.n == 1, e))
 			return -1;
 	}
 	qsort(L->ex, L->nex, sizeof *L->ex, cmp_id);

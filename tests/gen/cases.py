@@ -266,10 +266,26 @@ def old_opset():
 		G.CastMoE(8, 6, 2, "k3", style="after")]), dict(c=3, hw=16, opset=10, pairs=4)
 
 
+def traced_masksum():
+	"""ScriptedMoE's `if bool(m.sum() > 0)` dispatch traced: the experts the
+	dummy reaches run on the whole input, weighted by a mask sum, in the
+	main graph; a sort may put their nodes above the dispatch."""
+	return G.LoopNet([G.stem(3, 8, 1), G.MaskSumMoE(8, 4, 2, "bias"), G.stem(8, 8),
+		G.MaskSumMoE(8, 6, 2, "bn")]), dict(c=3, hw=16)
+
+
+def traced_masksum_k1():
+	"""traced_masksum at top-1, the layer the model: the dummy keeps one
+	expert, which no sibling sets apart from a stem all experts would
+	share. In the graph's order the dispatch comes first; experts.yaml's
+	`input:` (the graph input, which name-free copies keep) frees the
+	repair from that order."""
+	return G.MaskSumMoE(8, 6, 1, "bn"), dict(c=8, hw=16, yaml_input="images")
+
 CASES = {f.__name__: f for f in (example, single_gn, detector_k2, detector_k1,
 	dynbatch, sharedstem, convkinds, scripted_if, yolo_reshape, yolo_cast, bare_module,
 	nested_scope, gated_fusion, adaptive_gate, fp16_eps, scripted_gather, batch2, dead_norms,
-	inits_as_inputs, dead_bn, own_eps, old_opset)}
+	inits_as_inputs, dead_bn, own_eps, old_opset, traced_masksum, traced_masksum_k1)}
 
 
 def main(argv):

@@ -553,6 +553,23 @@ class ScriptedGatherMoE(nn.Module):
 		return x + y
 
 
+class MaskSumMoE(ScriptedMoE):
+	"""ScriptedMoE's dispatch traced, not scripted: each expert the dummy
+	reaches runs on the whole input in the main graph, weighted by
+	sum_j W[:, j] * (I[:, j] == i) (no row gather, no If); the others
+	vanish. Nothing in its data flow puts an expert after the dispatch."""
+
+	def __init__(self, c, e, k, kind="bias", hidden=8):
+		super().__init__(c, e, k, kind, hidden)
+		self.dense = False
+
+	def forward(self, x):
+		if not self.dense:
+			return super().forward(x)
+		w, idx = self.router(x)
+		return x + dense_mix([ex(x) for ex in self.experts], w, idx)
+
+
 def stem(cin, cout, stride=2):
 	return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
 		nn.BatchNorm2d(cout), nn.SiLU())
@@ -582,7 +599,7 @@ class LoopNet(Net):
 
 
 MOE_TYPES = (MoE, SharedStemMoE, ScriptedMoE, ReshapedIndexMoE, CastMoE, GatedFusionMoE,
-	AdaptiveGateMoE, EpsMoE, ScriptedGatherMoE)
+	AdaptiveGateMoE, EpsMoE, ScriptedGatherMoE, MaskSumMoE)
 
 
 def moe_layers(net):
@@ -896,7 +913,7 @@ def write_best_pt(path, net, hw):
 def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 		scripted=None, pairs=3, seed=0, ncand=256, names=("images", "output0"),
 		fold=True, half=False, weights=("model.safetensors", "model.pt"), checks=(),
-		dead_present=False, inits_as_inputs=False, half_refused=None):
+		dead_present=False, inits_as_inputs=False, half_refused=None, yaml_input=None):
 	"""Fit, pick covering references, export broken (+dense), write all files.
 	`scripted`: a function turning the eager net into the one to export.
 	`names`: input and output names; `fold`: do_constant_folding.
@@ -912,7 +929,8 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 	others stay trained.
 	`inits_as_inputs`: export with keep_initializers_as_inputs=True.
 	`half_refused`: why a float16 copy of the case cannot be repaired
-	(tests/half.sh then requires the refusal), written to meta.json."""
+	(tests/half.sh then requires the refusal), written to meta.json.
+	`yaml_input`: the `input:` experts.yaml gives every layer."""
 	d = os.path.join(out, name)
 	os.makedirs(d, exist_ok=True)
 	for f in os.listdir(d):
@@ -1006,6 +1024,8 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 			f"    experts: {len(experts_of(m))}", f"    top_k: {m.router.k}"]
 		if m.expert_pattern != "experts.{i}":
 			spec.append(f"    expert: {m.expert_pattern}")
+		if yaml_input:
+			spec.append(f"    input: {yaml_input}")
 	with open(os.path.join(d, "experts.yaml"), "w") as f:
 		f.write("\n".join(spec) + "\n")
 
