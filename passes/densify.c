@@ -138,7 +138,11 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 			map_put(&ren, s->output[j], n->output[j]);
 		}
 	}
-	return map_get(&ren, tpl->out);
+	const char *out = map_get(&ren, tpl->out);
+	if (!out)
+		errf(e, "layer %s: internal error: expert %d's clone does not compute its output '%s'; please report this model",
+		     L->scope, id, tpl->out);
+	return out;
 }
 
 int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)

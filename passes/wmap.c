@@ -1336,6 +1336,11 @@ int moe_map(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, Err 
 	for (size_t k = 0; k < L->nex && odd == L->nex; k++)
 		if (!moe_same_structure(tpl, &L->ex[k]))
 			odd = k;
+	/* An expert that is its input has no weights to tell whether the
+	 * missing ones are such too (an identity expert) or not. */
+	if (odd == L->nex && !tpl->nnode && L->spec && (int)L->nex < L->spec->experts)
+		return errf(e, "layer %s: expert %d is its input '%s' (no node computes it), which shows nothing of what the missing experts compute; the layer cannot be repaired safely",
+			    L->scope, tpl->id, tpl->in);
 	if (odd == L->nex)
 		return map_layer(c, L, tpl, w, m, 1, e);
 	if (!L->spec || (int)L->nex < L->spec->experts)

@@ -25,7 +25,9 @@ whose weights still fit, so only the structure can tell:
   otherwise.
 - softplus_alike: each expert's activation a Softplus, beta 1 in 0 and
   1 (kept), 2 in 2 and 3: an int of torch's own layer, which torch
-  exports as a plain Softplus for 1 only."""
+  exports as a plain Softplus for 1 only.
+- identity_alike: experts 0 and 1 (kept) are identities, 2 and 3 convs:
+  a present expert that computes nothing shows nothing to clone."""
 import copy
 import json
 import os
@@ -47,6 +49,7 @@ KINDS = {
 	"skip": ("shortcut around the SiLU: on, on, off, off", "Skip add=0' where expert 0's"),
 	"scale": ("gain after the SiLU: 1, 1, 2, 2", "Scale s=2' where expert 0's"),
 	"softplus": ("Softplus beta 1, 1, 2, 2", "Softplus beta=2 threshold=20' where expert 0's"),
+	"identity": ("experts 0 and 1 identities, 2 and 3 convs", "expert 0 is its input"),
 }
 
 
@@ -78,9 +81,12 @@ def make(out, name, seed, kept_want, pickled, kind="dilated"):
 	m = G.MoE(8, 4, 2, "gn" if kind == "gn_eps" else "k3")
 	for i, ex in enumerate(m.experts):
 		alter(ex, i, kind)
+	if kind == "identity":
+		m.experts[0] = torch.nn.Identity()
+		m.experts[1] = torch.nn.Identity()
 	net = G.Net([G.stem(3, 8, 1), m])
 	tmp = tempfile.mkdtemp()
-	G.save_case(tmp, name, net, seed=seed, c=3, hw=16, weights=("model.pt",))
+	G.save_case(tmp, name, net, seed=seed, c=3, hw=16, weights=("model.pt",), nodeless=kind == "identity")
 	src = os.path.join(tmp, name)
 	meta = json.load(open(os.path.join(src, "meta.json")))
 	kept = meta["kept_by_dummy"]["model.1"]
@@ -116,6 +122,7 @@ def main(out):
 	make(out, "skip_alike", 1, [0, 1], True, "skip")
 	make(out, "scale_alike", 1, [0, 1], True, "scale")
 	make(out, "softplus_alike", 1, [0, 1], True, "softplus")
+	make(out, "identity_alike", 1, [0, 1], True, "identity")
 
 
 if __name__ == "__main__":

@@ -913,7 +913,8 @@ def write_best_pt(path, net, hw):
 def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 		scripted=None, pairs=3, seed=0, ncand=256, names=("images", "output0"),
 		fold=True, half=False, weights=("model.safetensors", "model.pt"), checks=(),
-		dead_present=False, inits_as_inputs=False, half_refused=None, yaml_input=None):
+		dead_present=False, inits_as_inputs=False, half_refused=None, nodeless=False,
+		yaml_input=None):
 	"""Fit, pick covering references, export broken (+dense), write all files.
 	`scripted`: a function turning the eager net into the one to export.
 	`names`: input and output names; `fold`: do_constant_folding.
@@ -930,6 +931,8 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 	`inits_as_inputs`: export with keep_initializers_as_inputs=True.
 	`half_refused`: why a float16 copy of the case cannot be repaired
 	(tests/half.sh then requires the refusal), written to meta.json.
+	`nodeless`: the dummy's experts compute nothing (identities), so no
+	node scope shows which the export holds: that check is left out.
 	`yaml_input`: the `input:` experts.yaml gives every layer."""
 	d = os.path.join(out, name)
 	os.makedirs(d, exist_ok=True)
@@ -1032,7 +1035,7 @@ def save_case(out, name, net, *, c, hw, opset=17, batch=1, dynamic=False,
 	# The traced export must hold exactly the dummy's experts (or all of
 	# them, behind If, when scripted); otherwise the case proves nothing.
 	called = None if scripted else called_modules(net, x[:1])
-	for s, m in layers:
+	for s, m in [] if nodeless else layers:
 		pat, n = m.expert_pattern, len(experts_of(m))
 		have = experts_in_graph(broken, s, pat, called, n)
 		want = list(range(n)) if scripted else kept[s]
