@@ -1044,7 +1044,7 @@ static int bits_all(const AccWalk *w, const uint64_t *b)
 	return 1;
 }
 
-static int find_combined(Ctx *c, Layer *L, Err *e)
+static int find_combined(Ctx *c, Layer *L, const char *want, Err *e)
 {
 	AccWalk w = { .c = c, .L = L, .words = L->nex / 64 + 1 };
 	map_init(&w.acc, c->tmp, 64);
@@ -1087,7 +1087,7 @@ static int find_combined(Ctx *c, Layer *L, Err *e)
 	}
 	/* The routed sum: a full partial sum no accumulation step reads. */
 	const char *found = NULL, *other = NULL;
-	int nfound = 0;
+	int nfound = 0, wanted = 0;
 	for (size_t i = 0; i < w.acc.cap; i++) {
 		const char *v = w.acc.slot[i].key;
 		Acc *a = w.acc.slot[i].val;
@@ -1104,6 +1104,7 @@ static int find_combined(Ctx *c, Layer *L, Err *e)
 		}
 		if (!last)
 			continue;
+		wanted |= want && strcmp(v, want) == 0;
 		if (!found || g_pos(c, vv->def) < g_pos(c, def_of(c->g, found))) {
 			other = found;
 			found = v;
@@ -1112,10 +1113,21 @@ static int find_combined(Ctx *c, Layer *L, Err *e)
 		}
 		nfound++;
 	}
+	/* experts.yaml's `output:` picks among the candidates, and only there:
+	 * a value that is not one would be replaced by a sum it is not. */
+	if (want && !wanted)
+		return errf(e, "layer %s: experts.yaml gives output '%s', which is not the routed sum of the experts' outputs (%s%s%s%s%s)",
+			    L->scope, want, nfound ? "that is " : "no value sums exactly them", found ? found : "",
+			    other ? ", or " : "", other ? other : "", nfound > 2 ? ", ..." : "");
+	if (want) {
+		L->combined = want;
+		return 0;
+	}
 	if (nfound != 1)
-		return errf(e, "layer %s: %s the routed sum of the experts' outputs (%d candidates%s%s%s%s); set `output:` in experts.yaml",
+		return errf(e, "layer %s: %s the routed sum of the experts' outputs (%d candidates%s%s%s%s)%s",
 			    L->scope, nfound ? "cannot tell which value is" : "cannot find", nfound,
-			    found ? ": " : "", found ? found : "", other ? ", " : "", other ? other : "");
+			    found ? ": " : "", found ? found : "", other ? ", " : "", other ? other : "",
+			    nfound ? "; set `output:` in experts.yaml" : "; the layer cannot be repaired safely");
 	L->combined = found;
 	return 0;
 }
@@ -1784,13 +1796,9 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 	if (L->permap && (g_ty_rank(c->g, L->indices) != L->rank || g_ty_rank(c->g, L->weights) != L->rank))
 		return errf(e, "layer %s: per-position routing with indices of rank %d and weights of rank %d for expert outputs of rank %d; the layer cannot be repaired safely",
 			    L->scope, g_ty_rank(c->g, L->indices), g_ty_rank(c->g, L->weights), L->rank);
-	if (L->spec && L->spec->output) {
-		if (!g_val(c->g, L->spec->output))
-			return errf(e, "layer %s: output '%s' is not a value of the model", spec_scope_shown(L->spec->scope), L->spec->output);
-		L->combined = L->spec->output;
-		return 1;
-	}
-	return find_combined(c, L, e) ? -1 : 1;
+	if (L->spec && L->spec->output && !g_val(c->g, L->spec->output))
+		return errf(e, "layer %s: output '%s' is not a value of the model", spec_scope_shown(L->spec->scope), L->spec->output);
+	return find_combined(c, L, L->spec ? L->spec->output : NULL, e) ? -1 : 1;
 }
 
 /* The experts.yaml layer that will describe router t, as far as names or

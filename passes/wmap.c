@@ -1221,8 +1221,10 @@ static int shared_input(Src *s, const Layer *L, const Expert *tpl, Err *e)
 	Ctx *c = s->c;
 	const char **fam;
 	size_t nf = sibling_families(s, L, tpl->id, &fam);
-	if (!nf)
-		return 0;
+	/* The template's own tensors too: an input experts.yaml names inside
+	 * the expert (its first conv's output) leaves that conv out of every
+	 * clone. A fill (ones, zeros) is anyone's and tells nothing. */
+	const char *own = key_prefix(c, L, tpl->id);
 	PMap seen, router;
 	pmap_init(&seen, c->tmp, 64);
 	pmap_init(&router, c->tmp, 64);
@@ -1236,12 +1238,19 @@ static int shared_input(Src *s, const Layer *L, const Expert *tpl, Err *e)
 			const Tensor *t = g_const(c->g, n->input[j]);
 			int64_t cnt;
 			const float *f = t && t->n_dims ? tensor_f32(c, t, &cnt) : NULL;
-			for (size_t k = 0; f && cnt > 1 && k < nf; k++) {
-				Cands cs = candidates(s, t, f, cnt, fam[k]);
+			for (size_t k = 0; f && cnt > 1 && k <= nf; k++) {
+				const char *pre = k < nf ? fam[k] : own;
+				if (k == nf && is_fill(f, cnt))
+					continue;
+				Cands cs = candidates(s, t, f, cnt, pre);
+				if (cs.n && k == nf)
+					return errf(e, "layer %s: node '%s', which computes the experts' input '%s', reads '%s' = %s, a tensor of expert %d itself: the input lies inside the expert; name the tensor the experts read in `input:`",
+						    L->scope, n->name ? n->name : n->op_type, L->x, t->name, describe(c, pre, &cs.v[0].r),
+						    tpl->id);
 				if (cs.n)
 					return errf(e, "layer %s: node '%s', which computes the experts' input '%s', reads '%s' = %s, a tensor of expert %d outside '%s' (the checkpoint has one per expert under '%s'): experts that span more than their expert path cannot be rebuilt",
 						    L->scope, n->name ? n->name : n->op_type, L->x, t->name,
-						    describe(c, fam[k], &cs.v[0].r), tpl->id, expert_path(c, L->spec, tpl->id), fam[k]);
+						    describe(c, pre, &cs.v[0].r), tpl->id, expert_path(c, L->spec, tpl->id), pre);
 			}
 		}
 	}

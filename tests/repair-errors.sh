@@ -260,6 +260,29 @@ case_ "router override that is not a value" "$d/broken.onnx" "router.indices '/n
 case_ "output override that is not a value" "$d/broken.onnx" "output '/nope' is not a value of the model" -- \
 	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" "    output: /nope"
 
+# A value experts.yaml names must be what detection finds: before, a wrong
+# one was wired in as given and the model written wrong (exit 0, 0.2 to 4.7
+# off eager PyTorch): the raw TopK values as the weights, a partial sum as
+# the output, another same-shaped tensor as the input.
+case_ "router.weights that the dispatch does not weight by" "$d/broken.onnx" \
+	"experts.yaml gives router.weights '/model/model.0/router/TopK_output_0', but the dispatch weights the experts' outputs by '/model/model.0/router/Div_output_0'" -- \
+	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" "    router:" \
+	"      weights: /model/model.0/router/TopK_output_0"
+case_ "output that is a partial sum" "$d/broken.onnx" \
+	"experts.yaml gives output '/model/model.0/Add_2_output_0', which is not the routed sum of the experts' outputs (that is /model/model.0/Add_3_output_0)" -- \
+	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" "    output: /model/model.0/Add_2_output_0"
+case_ "input that the experts do not read" "$d/broken.onnx" \
+	"experts.yaml gives input '/model/model.0/shared_expert/shared_expert.0/Conv_output_0', but the experts read 'images'" -- \
+	"weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" \
+	"    input: /model/model.0/shared_expert/shared_expert.0/Conv_output_0"
+# A lone expert's input named inside the expert (its first conv's output):
+# detection stops there, and the mapping finds that conv's weight to be the
+# template's own; before, every clone read the template's conv (exit 0).
+lo=$top_srcdir/testdata/traced_masksum_k1
+case_ "input inside a lone expert" "$lo/broken.onnx" \
+	"node '/experts.1/conv/conv.0/Conv', which computes the experts' input '/experts.1/conv/conv.0/Conv_output_0', reads 'onnx::Conv_131' = 'experts.1.conv.0.weight' folded with BatchNorm 'experts.1.conv.1' (eps 1e-05), a tensor of expert 1 itself" -- \
+	"weights: $lo/model.safetensors" "moe:" "  - scope: ''" "    experts: 6" "    top_k: 1" "    input: /experts.1/conv/conv.0/Conv_output_0"
+
 # The variants that must repair right.
 node=${NODE:-node}
 cmp="$top_srcdir/tests/ort/compare.js"
@@ -274,6 +297,14 @@ if (cd "$top_srcdir" && "$node" -e "require.resolve('onnxruntime-node')") >/dev/
 			fail "adaptive_gate: ONNX Runtime: $(tail -n 1 "$T/ort")"
 		[ "$(opcount "$T/ag.onnx" LessOrEqual)" -ge 1 ] && ok "adaptive_gate: the slot mask stays in the graph" ||
 			fail "adaptive_gate: the slot mask (LessOrEqual) is gone from the repaired model"
+	fi
+	# The same three named rightly change nothing.
+	printf '%s\n' "weights: $d/model.safetensors" "moe:" "  - scope: model.0" "    experts: 4" "    top_k: 2" "    input: images" \
+		"    output: /model/model.0/Add_3_output_0" "    router:" "      weights: /model/model.0/router/Div_output_0" >"$T/named.yaml"
+	if expect 0 "example: repair with input, output and router.weights named" -- "$BIN" -q "$d/broken.onnx" --experts "$T/named.yaml" -o "$T/named.onnx" &&
+		expect 0 "example: repair" -- "$BIN" -q "$d/broken.onnx" --experts "$d/experts.yaml" -o "$T/plain.onnx"; then
+		cmp -s "$T/named.onnx" "$T/plain.onnx" && ok "example: the named values give the same bytes" ||
+			fail "example: naming the detected values repairs differently"
 	fi
 	# fp16 best.pt, eps 1e-3: the default entry ('ema' is None, so 'model')
 	# and the entry named explicitly give the same, right model.
