@@ -722,15 +722,24 @@ static int outside(Graph *g, Layer *L, Expert *x, const char *stop, const char *
 	return 0;
 }
 
-/* The uses of n's outputs, and one more for a graph output: what must all
- * lie in an expert for n to be its own. */
+/* A Shape or Size node reads a value's shape, never its elements: the
+ * exporter's `o.view(o.shape[0], ...)` of the weights reads the expert's
+ * output so, and shapes are all experts' alike. */
+static int reads_shape(const Node *n)
+{
+	return g_is(n, "Shape") || g_is(n, "Size");
+}
+
+/* The uses of n's outputs that read their elements, and one more for a
+ * graph output: what must all lie in an expert for n to be its own. */
 static size_t uses_of(const Ctx *c, Node *n)
 {
 	size_t u = 0;
 	for (size_t j = 0; j < n->n_output; j++) {
 		const Val *v = g_output(c, n, j);
-		if (v)
-			u += v->nuse + (v->isout != 0);
+		for (uint32_t k = 0; v && k < v->nuse; k++)
+			u += !reads_shape(v->use[k].n);
+		u += v && v->isout;
 	}
 	return u;
 }
@@ -775,22 +784,28 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, in
 	pmap_init(&seen, c->tmp, 64);
 	pmap_init(&left, c->tmp, 16); /* node -> 1 + its uses not yet in the expert */
 	NodeVec nv = { .a = c->a };
-	const char **todo = NULL;
+	/* Values to visit, each with whether its reader reads its elements
+	 * (a Shape node does not: uses_of leaves it out too). */
+	struct Read {
+		const char *v;
+		int elems;
+	} *todo = NULL;
 	size_t nt = 0, ct = 0;
 	const char *input = NULL;
-#define TODO(s)                                                                                 \
+#define TODO(s, el)                                                                             \
 	do {                                                                                    \
 		if (nt == ct) {                                                                 \
 			size_t nc = ct ? ct * 2 : 32;                                           \
 			todo = arena_grow(c->tmp, todo, ct * sizeof *todo, nc * sizeof *todo);   \
 			ct = nc;                                                                \
 		}                                                                               \
-		todo[nt++] = (s);                                                               \
+		todo[nt++] = (struct Read){ (s), (el) };                                        \
 	} while (0)
 	/* The weighting's read of out: one of out's uses, none of the expert's. */
-	TODO(x->out);
+	TODO(x->out, 1);
 	while (nt) {
-		const char *v = todo[--nt];
+		const char *v = todo[--nt].v;
+		int elems = todo[nt].elems;
 		if (!*v)
 			continue;
 		Val *vv = g_val(g, v);
@@ -808,6 +823,8 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, in
 		if (!leaf && pmap_get(&seen, vv->def))
 			continue;
 		if (!leaf && excl && !is_const(g, v, 0)) {
+			if (!elems)
+				continue; /* its own once another read brings it in */
 			void **r = pmap_ref(&left, vv->def);
 			if (!*r)
 				*r = (void *)(uintptr_t)(uses_of(c, vv->def) + 1);
@@ -824,11 +841,11 @@ static int collect(Ctx *c, Layer *L, Expert *x, const char *stop, size_t low, in
 		pmap_put(&seen, n, (void *)1);
 		nv_push(&nv, n);
 		for (size_t j = 0; j < n->n_input; j++)
-			TODO(n->input[j]);
+			TODO(n->input[j], !reads_shape(n));
 		for (size_t k = 0; k < g->nsub; k++)
 			if (g->sub[k]->owner == n)
 				for (size_t j = 0; j < g->sub[k]->nouter; j++)
-					TODO(g->sub[k]->outer[j]);
+					TODO(g->sub[k]->outer[j], 1);
 	}
 #undef TODO
 	/* What the exclusive cone reads of nodes left out is read from outside;

@@ -557,17 +557,30 @@ class MaskSumMoE(ScriptedMoE):
 	"""ScriptedMoE's dispatch traced, not scripted: each expert the dummy
 	reaches runs on the whole input in the main graph, weighted by
 	sum_j W[:, j] * (I[:, j] == i) (no row gather, no If); the others
-	vanish. Nothing in its data flow puts an expert after the dispatch."""
+	vanish. Nothing in its data flow puts an expert after the dispatch.
+	`shape_view`: the weight is viewed as [o.shape[0], 1, 1, 1] of the
+	expert's output o, which a dynamic export reads through Shape(o)."""
 
-	def __init__(self, c, e, k, kind="bias", hidden=8):
+	def __init__(self, c, e, k, kind="bias", hidden=8, shape_view=False):
 		super().__init__(c, e, k, kind, hidden)
 		self.dense = False
+		self.shape_view = shape_view
 
 	def forward(self, x):
-		if not self.dense:
+		if not self.dense and not self.shape_view:
 			return super().forward(x)
 		w, idx = self.router(x)
-		return x + dense_mix([ex(x) for ex in self.experts], w, idx)
+		if self.dense:
+			return x + dense_mix([ex(x) for ex in self.experts], w, idx)
+		y = torch.zeros_like(x)
+		i = 0
+		for ex in self.experts:
+			m = (idx == i).to(w.dtype)
+			if bool(m.sum() > 0):
+				o = ex(x)
+				y = y + o * (w * m).sum(1).view(o.shape[0], 1, 1, 1)
+			i += 1
+		return x + y
 
 
 def stem(cin, cout, stride=2):
