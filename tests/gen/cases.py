@@ -270,9 +270,10 @@ def traced_masksum():
 	"""ScriptedMoE's `if bool(m.sum() > 0)` dispatch traced: the experts the
 	dummy reaches run on the whole input, weighted by a mask sum, in the
 	main graph; a sort may put their nodes above the dispatch. Dynamic
-	batch: the second layer views the weight by its expert output's
+	batch: the first layer's GroupNorm experts read shapes of their own
+	values, the second layer views the weight by its expert output's
 	Shape, a read of that output outside the expert."""
-	return G.LoopNet([G.stem(3, 8, 1), G.MaskSumMoE(8, 4, 2, "bias"), G.stem(8, 8),
+	return G.LoopNet([G.stem(3, 8, 1), G.MaskSumMoE(8, 4, 2, "gn"), G.stem(8, 8),
 		G.MaskSumMoE(8, 6, 2, "bn", shape_view=True)]), dict(c=3, hw=16, dynamic=True, batch=3)
 
 
