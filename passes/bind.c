@@ -207,27 +207,13 @@ static int by_value(Ctx *c, const Spec *s, Layer *L, size_t nl, Layer **bound, i
 	return 0;
 }
 
-/* Whether value `v` is `from` through Cast and Identity nodes alone. */
-static int cast_of(Ctx *c, const char *v, const char *from)
-{
-	for (int depth = 0; depth < 8; depth++) {
-		Val *vv = g_val(c->g, v);
-		if (!vv || !vv->def || vv->def->n_input < 1 || !(g_is(vv->def, "Cast") || g_is(vv->def, "Identity")))
-			return 0;
-		v = vv->def->input[0];
-		if (strcmp(v, from) == 0)
-			return 1;
-	}
-	return 0;
-}
-
 /* What experts.yaml names explicitly helps detection where the graph alone
  * is ambiguous, and must then be what detection found: a value named
  * wrongly (a stem's pre-activation as the input, the raw TopK values as
  * the weights, a partial sum as the output) would otherwise be wired in as
- * given and the model written wrong. An input may name the tensor the
- * experts' own is cast from (a float16 copy's graph input): the repair
- * reads what the experts read. */
+ * given and the model written wrong. An input may name the experts' own
+ * up to casts (a float16 copy's graph input): the repair keeps reading
+ * what the experts read. */
 static int overrides(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 {
 	const char *const *v[] = { &s->router_weights, &s->input, &s->output };
@@ -239,7 +225,8 @@ static int overrides(Ctx *c, const SpecLayer *s, Layer *L, Err *e)
 			continue;
 		if (!g_val(c->g, *v[i]))
 			return errf(e, "layer %s: %s '%s' is not a value of the model", spec_scope_shown(s->scope), key[i], *v[i]);
-		if (!*dst[i] || strcmp(*dst[i], *v[i]) == 0 || (dst[i] == &L->x && cast_of(c, *dst[i], *v[i])))
+		if (!*dst[i] || strcmp(*dst[i], *v[i]) == 0 ||
+		    (dst[i] == &L->x && strcmp(moe_uncast(c->g, *dst[i]), moe_uncast(c->g, *v[i])) == 0))
 			continue;
 		return errf(e, "layer %s: experts.yaml gives %s '%s', but %s '%s'; remove `%s:` or name that value",
 			    spec_scope_shown(s->scope), key[i], *v[i], what[i], *dst[i], key[i]);

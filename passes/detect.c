@@ -525,7 +525,7 @@ static const char *weight_source(const Graph *g, Node *n, Node *z)
 }
 
 /* v through casts and identities only: values with the same layout. */
-static const char *uncast(const Graph *g, const char *v)
+const char *moe_uncast(const Graph *g, const char *v)
 {
 	for (int d = 0; d < 16; d++) {
 		Node *n = def_of(g, v);
@@ -555,9 +555,9 @@ static const char *map_weights(const Graph *g, Node *n, Node *z, const char *ind
 		return NULL;
 	if (ax != 1 || st != id || en != id + 1 || step != 1)
 		return NULL;
-	Node *sc = def_of(g, uncast(g, s->input[0]));
+	Node *sc = def_of(g, moe_uncast(g, s->input[0]));
 	if (!sc || !is_scatter_el(sc) || g_attr_i(sc, "axis", 0) != 1 || g_attr(sc, "reduction") ||
-	    !g_is_zero(g, sc->input[0]) || strcmp(uncast(g, sc->input[1]), uncast(g, indices)) != 0)
+	    !g_is_zero(g, sc->input[0]) || strcmp(moe_uncast(g, sc->input[1]), moe_uncast(g, indices)) != 0)
 		return NULL;
 	return sc->input[2];
 }
@@ -568,18 +568,18 @@ static const char *map_weights(const Graph *g, Node *n, Node *z, const char *ind
  * drop rows the dense form keeps. */
 static int any_rows(const Graph *g, const Node *z, const char *match)
 {
-	Node *gt = def_of(g, uncast(g, z->input[0]));
+	Node *gt = def_of(g, moe_uncast(g, z->input[0]));
 	int64_t zero;
 	if (!gt || !g_is(gt, "Greater") || !const_int1(g, nin(gt, 1), &zero) || zero != 0)
 		return 0;
-	Node *r = def_of(g, uncast(g, gt->input[0]));
+	Node *r = def_of(g, moe_uncast(g, gt->input[0]));
 	if (!r || !(g_is(r, "ReduceSum") || g_is(r, "ReduceMax")) || g_attr_i(r, "keepdims", 1) != 0)
 		return 0;
 	int64_t axes;
 	const Onnx__AttributeProto *a = g_attr(r, "axes");
 	if (a ? a->n_ints != 1 || a->ints[0] != 1 : !(r->n_input > 1 && const_int1(g, r->input[1], &axes) && axes == 1))
 		return 0;
-	Node *f = def_of(g, uncast(g, r->input[0]));
+	Node *f = def_of(g, moe_uncast(g, r->input[0]));
 	if (!f || !(g_is(f, "Reshape") || g_is(f, "Flatten")))
 		return 0;
 	if (g_is(f, "Flatten") && g_attr_i(f, "axis", 1) != 1)
@@ -589,7 +589,7 @@ static int any_rows(const Graph *g, const Node *z, const char *match)
 		if (g_const_ints(g, nin(f, 1), sh, 2) != 2 || sh[1] != -1 || sh[0] < -1)
 			return 0;
 	}
-	return strcmp(uncast(g, f->input[0]), match) == 0;
+	return strcmp(moe_uncast(g, f->input[0]), match) == 0;
 }
 
 /* Rows of a tensor read back to be added to and written in place

@@ -82,6 +82,8 @@ int moe_find(Ctx *c, const Spec *s, int lenient, Layer **out, size_t *n, Err *e)
  * differ (MoT's three transformer kinds; convs dilated per expert) cannot
  * be rebuilt. */
 int moe_same_structure(const Expert *a, const Expert *b);
+/* v through Cast and Identity nodes to the value they start from. */
+const char *moe_uncast(const Graph *g, const char *v);
 /* How expert y differs from x in structure, in words, or NULL. */
 const char *moe_structure_diff(Arena *a, const Expert *x, const Expert *y);
 
