@@ -31,7 +31,7 @@ static const Spec *spec_of(int i)
 		snprintf(p, sizeof p, "%s/%s/experts.yaml", FUZZ_TESTDATA, cases[i]);
 		if (!sa)
 			sa = arena_new();
-		if (spec_load(&spec[i], p, sa, &e) < 0) {
+		if (spec_load(&spec[i], p, 0, sa, &e) < 0) {
 			fprintf(stderr, "fuzz_pipeline: %s\n", e.msg);
 			abort();
 		}

@@ -685,7 +685,7 @@ int main(int argc, char **argv)
 	Err fe; /* what stops every input: e is reused per input */
 	const char *fatal = NULL;
 	if (g.experts) {
-		if (spec_load(&spec, g.experts, sa, &fe) < 0) {
+		if (spec_load(&spec, g.experts, g.weights ? SPEC_WEIGHTS_GIVEN : 0, sa, &fe) < 0) {
 			fatal = fe.msg;
 			fprintf(stderr, "onnx-moe-repair: %s\n", fe.msg);
 			status = 2;

@@ -22,6 +22,7 @@ typedef struct {
 	yaml_document_t *doc;
 	Arena *a;
 	Err *e;
+	int flags;
 } P;
 
 static int at(P *p, const yaml_node_t *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -143,8 +144,9 @@ static int keys(P *p, const yaml_node_t *map, const char *what, const char *cons
 	return 0;
 }
 
-/* Resolves a weights path against the YAML's folder and checks it exists;
- * *where says where the file gives it, for errors from reading it. */
+/* Resolves a weights path against the YAML's folder and checks it exists
+ * (unless --weights replaces it); *where says where the file gives it, for
+ * errors from reading it. */
 static int weights(P *p, const yaml_node_t *n, const char **out, const char **where)
 {
 	const char *w;
@@ -154,7 +156,7 @@ static int weights(P *p, const yaml_node_t *n, const char **out, const char **wh
 		return at(p, n, "'weights' is empty; give a file path relative to this YAML file");
 	const char *full = w[0] == '/' || !*p->dir ? w : arena_printf(p->a, "%s/%s", p->dir, w);
 	struct stat st;
-	if (stat(full, &st) < 0)
+	if (!(p->flags & SPEC_WEIGHTS_GIVEN) && stat(full, &st) < 0)
 		return at(p, n, "weights '%s' not found (%s: %s); paths are relative to the YAML file's folder",
 			w, full, strerror(errno));
 	*out = full;
@@ -424,7 +426,7 @@ out:
  * what libyaml builds from a file. */
 enum { MAX_YAML = 1 << 20 };
 
-int spec_load(Spec *s, const char *path, Arena *a, Err *e)
+int spec_load(Spec *s, const char *path, int flags, Arena *a, Err *e)
 {
 	memset(s, 0, sizeof *s);
 	s->path = arena_strdup(a, path);
@@ -456,7 +458,7 @@ int spec_load(Spec *s, const char *path, Arena *a, Err *e)
 				  path, MAX_YAML >> 10);
 	}
 	const char *slash = strrchr(path, '/');
-	P p = { path, slash ? arena_printf(a, "%.*s", (int)(slash - path + (slash == path)), path) : "", NULL, a, e };
+	P p = { path, slash ? arena_printf(a, "%.*s", (int)(slash - path + (slash == path)), path) : "", NULL, a, e, flags };
 	int rc = prescan(&p, buf, len) ? -1 : load(&p, buf, len, s);
 	free(buf);
 	return rc;

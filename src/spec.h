@@ -30,8 +30,12 @@ typedef struct Spec {
 	size_t nlayer;
 } Spec;
 
-/* Errors read "experts.yaml:LINE:COL: message". */
-int spec_load(Spec *s, const char *path, Arena *a, Err *e);
+/* The checkpoint comes from --weights: the `weights:` files the YAML names
+ * are never opened, so they need not exist (a YAML copied from another
+ * machine still serves). */
+enum { SPEC_WEIGHTS_GIVEN = 1 };
+/* Errors read "experts.yaml:LINE:COL: message". flags: SPEC_WEIGHTS_GIVEN or 0. */
+int spec_load(Spec *s, const char *path, int flags, Arena *a, Err *e);
 /* Writes s as an experts.yaml that spec_load reads back to the same Spec:
  * weights paths relative to dir (the folder the file goes to), every
  * non-default key, and `why` as comments (one line per layer, NULL: none). */

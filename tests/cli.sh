@@ -90,6 +90,16 @@ for w in last.ckpt model.weights best; do
 	expect 0 "checkpoint named $w" -- "$BIN" -q "$ex/broken.onnx" --weights "$T/$w" -o "$T/sniffed.onnx" &&
 		{ cmp -s "$T/named.onnx" "$T/sniffed.onnx" && ok "$w: the same repair" || fail "$w: another repair"; }
 done
+# experts.yaml copied away from its checkpoint: --weights replaces the
+# file it names, which is then never opened and need not exist.
+sed 's/^weights: .*/weights: elsewhere\/model.safetensors/' "$ex/experts.yaml" >"$T/moved.yaml"
+expect 2 "a YAML naming a missing checkpoint, alone" -- "$BIN" -q "$ex/broken.onnx" --experts "$T/moved.yaml" -o "$T/o.onnx" &&
+	{ grep -qF "weights 'elsewhere/model.safetensors' not found" "$T/err" && ok "it names the missing file" ||
+		fail "missing weights: $(cat "$T/err")"; }
+expect 0 "the same YAML with --weights" -- \
+	"$BIN" -q "$ex/broken.onnx" --experts "$T/moved.yaml" --weights "$ex/model.safetensors" -o "$T/moved.onnx" &&
+	{ cmp -s "$T/named.onnx" "$T/moved.onnx" && ok "--weights over a moved YAML: the same repair" ||
+		fail "--weights over a moved YAML: another repair"; }
 printf 'not weights\n' >"$T/notes.txt"
 expect 2 "a file no format fits" -- "$BIN" -q "$ex/broken.onnx" --weights "$T/notes.txt" -o "$T/o.onnx" &&
 	{ grep -qF "notes.txt: unknown weight source type (neither its name nor its first bytes say)" "$T/err" &&

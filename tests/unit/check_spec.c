@@ -13,7 +13,7 @@
 static int load_yaml(const char *yaml, Spec *s, Arena *a, Err *e)
 {
 	tu_write("model.safetensors", "", 0);
-	return spec_load(s, tu_write("experts.yaml", yaml, strlen(yaml)), a, e);
+	return spec_load(s, tu_write("experts.yaml", yaml, strlen(yaml)), 0, a, e);
 }
 
 /* Expects the YAML to be refused with "PATH:want". */
@@ -127,6 +127,19 @@ START_TEST(spec_errors)
 	snprintf(want, sizeof want, "3:53: weights 'absent.npz' not found (%s: No such file or directory); paths are relative to the YAML file's folder",
 		tu_path("absent.npz"));
 	refuse(HEAD "  - {scope: model.1, experts: 4, top_k: 2, weights: absent.npz}\n", want);
+	/* With --weights the YAML's files are never opened: absent ones load,
+	 * resolved against the YAML's folder as always. */
+	{
+		Arena *a = arena_new();
+		Spec s;
+		Err e = { "" };
+		const char *y = "weights: gone.pt\nmoe:\n  - {scope: model.1, experts: 4, top_k: 2, weights: absent.npz}\n";
+		ck_assert_int_eq(spec_load(&s, tu_write("experts.yaml", y, strlen(y)), SPEC_WEIGHTS_GIVEN, a, &e), 0);
+		ck_assert_str_eq(s.weights, tu_path("gone.pt"));
+		ck_assert_str_eq(s.layer[0].weights, tu_path("absent.npz"));
+		ck_assert_int_eq(spec_load(&s, tu_path("experts.yaml"), 0, a, &e), -1);
+		arena_free(a);
+	}
 	/* Weights are needed only where experts are missing (or come from
 	 * --weights): their absence is the repair's to report. */
 	{
@@ -167,7 +180,7 @@ START_TEST(spec_missing_file)
 	Arena *a = arena_new();
 	Spec s;
 	Err e;
-	ck_assert_int_eq(spec_load(&s, tu_path("nope.yaml"), a, &e), -1);
+	ck_assert_int_eq(spec_load(&s, tu_path("nope.yaml"), 0, a, &e), -1);
 	tu_err_has(e.msg, "nope.yaml: No such file or directory");
 	arena_free(a);
 }
@@ -198,9 +211,9 @@ START_TEST(spec_hostile)
 	const char *fifo = tu_path("fifo.yaml");
 	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
 	a = arena_new();
-	ck_assert_int_eq(spec_load(&sp, fifo, a, &e), -1);
+	ck_assert_int_eq(spec_load(&sp, fifo, 0, a, &e), -1);
 	tu_err_has(e.msg, "fifo.yaml: is a FIFO, not a regular file; give experts.yaml as a file");
-	ck_assert_int_eq(spec_load(&sp, "/dev/null", a, &e), -1);
+	ck_assert_int_eq(spec_load(&sp, "/dev/null", 0, a, &e), -1);
 	tu_err_has(e.msg, "/dev/null: is a device or socket, not a regular file");
 	/* The size the message states is the one enforced: 1 MiB passes the
 	 * size check (and fails later), one byte more does not. */
@@ -208,9 +221,9 @@ START_TEST(spec_hostile)
 	char *big = malloc(n + 1);
 	memset(big, '#', n + 1);
 	big[n - 1] = '\n';
-	ck_assert_int_eq(spec_load(&sp, tu_write("big.yaml", big, n), a, &e), -1);
+	ck_assert_int_eq(spec_load(&sp, tu_write("big.yaml", big, n), 0, a, &e), -1);
 	tu_err_has(e.msg, "empty document");
-	ck_assert_int_eq(spec_load(&sp, tu_write("big.yaml", big, n + 1), a, &e), -1);
+	ck_assert_int_eq(spec_load(&sp, tu_write("big.yaml", big, n + 1), 0, a, &e), -1);
 	tu_err_has(e.msg, "big.yaml: larger than 1024 KiB, too large for an expert description");
 	free(big);
 	arena_free(a);
@@ -382,7 +395,7 @@ START_TEST(spec_corpus)
 		Arena *a = arena_new();
 		Spec s;
 		Err e = { "" };
-		ck_assert_msg(spec_load(&s, g.gl_pathv[c], a, &e) == 0, "%s", e.msg);
+		ck_assert_msg(spec_load(&s, g.gl_pathv[c], 0, a, &e) == 0, "%s", e.msg);
 		ck_assert_uint_gt(s.nlayer, 0);
 		for (size_t li = 0; li < s.nlayer; li++) {
 			const SpecLayer *l = &s.layer[li];
