@@ -85,8 +85,9 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 	const char *from = seg(c, L, tpl->id), *to = seg(c, L, id);
 	const char *pre = arena_printf(c->tmp, "%s%s.", L->spec->prefix ? L->spec->prefix : "",
 				       expert_path(c, L->spec, id));
-	/* New tensors by template slot. */
-	const char ***over = arena_alloc(c->tmp, tpl->nnode * sizeof *over);
+	/* New tensors by template slot, and the clones' values by template
+	 * name: the inputs are set from values in hand, not looked up. */
+	Val ***over = arena_alloc(c->tmp, tpl->nnode * sizeof *over);
 	for (size_t i = 0; i < tpl->nnode; i++)
 		over[i] = arena_alloc(c->tmp, (tpl->node[i]->n_input + 1) * sizeof **over);
 	MoeBnMemo bm = { 0 };
@@ -101,20 +102,20 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 		int kn = snprintf(kb, sizeof kb, "%s%s", pre, key);
 		const char *name = kn >= 0 && (size_t)kn < sizeof kb ? kb : arena_printf(c->tmp, "%s%s", pre, key);
 		size_t nb = (size_t)g_tensor_numel(t) * wt_dtype_size(t->data_type);
-		Tensor *nt;
 		if (nb >= LATER_MIN) {
 			Later *l = moe_build_later(c, L, r, t, id, w, &bm, e);
 			if (!l)
 				return NULL;
-			nt = g_add_init_later(c, c->g, name, t->data_type, t->dims, t->n_dims, nb, l);
+			g_add_init_later(c, c->g, name, t->data_type, t->dims, t->n_dims, nb, l);
 		} else {
 			void *data;
 			if (moe_build(c, L, r, t, id, w, &bm, &data, &nb, e))
 				return NULL;
-			nt = g_add_init(c, c->g, name, t->data_type, t->dims, t->n_dims, data, nb);
+			g_add_init(c, c->g, name, t->data_type, t->dims, t->n_dims, data, nb);
 		}
-		over[r->node][r->input] = nt->name;
+		over[r->node][r->input] = g_init_at(c->g, c->g->gp->n_initializer - 1);
 	}
+	Val *x = g_val(c->g, L->x);
 	Map ren;
 	map_init(&ren, c->tmp, tpl->nnode * 2);
 	for (size_t i = 0; i < tpl->nnode; i++) {
@@ -123,22 +124,24 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 		char nb[256];
 		g_set_name(c, n, clone_name(c, L, s, from, to, id, nb, sizeof nb));
 		for (size_t j = 0; j < n->n_input; j++) {
-			const char *r = over[i][j] ? over[i][j] : map_get(&ren, s->input[j]);
-			if (!r && strcmp(s->input[j], tpl->in) == 0)
-				r = L->x;
-			if (r)
-				g_set_input(c, n, j, r);
+			Val *r = over[i][j] ? over[i][j] : map_get(&ren, s->input[j]);
+			int in = !r && strcmp(s->input[j], tpl->in) == 0;
+			if (in && !x) /* no value of that name (the checker says so): as named */
+				g_set_input(c, n, j, L->x);
+			else if (r || in)
+				g_set_input_val(c, n, j, r ? r : x);
 		}
 		for (size_t j = 0; j < n->n_output; j++) {
 			if (!*s->output[j])
 				continue;
 			char ob[256];
 			const char *o = reseg(c, s->output[j], from, to, ob, sizeof ob);
-			g_rename_output(c, n, j, g_fresh(c, o ? o : arena_printf(c->tmp, "%s_output_%zu", n->name, j)));
-			map_put(&ren, s->output[j], n->output[j]);
+			g_fresh_output(c, n, j, o ? o : arena_printf(c->tmp, "%s_output_%zu", n->name, j));
+			map_put(&ren, s->output[j], g_output(c, n, j));
 		}
 	}
-	const char *out = map_get(&ren, tpl->out);
+	const Val *ov = map_get(&ren, tpl->out);
+	const char *out = ov ? ov->name : NULL;
 	if (!out)
 		errf(e, "layer %s: internal error: expert %d's clone does not compute its output '%s'; please report this model",
 		     L->scope, id, tpl->out);
@@ -294,7 +297,7 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	Node *od = old->def;
 	for (size_t i = 0; i < od->n_output; i++)
 		if (strcmp(od->output[i], L->combined) == 0)
-			g_rename_output(c, od, i, g_fresh(c, arena_printf(c->a, "%s_sparse", L->combined)));
+			g_fresh_output(c, od, i, arena_printf(c->a, "%s_sparse", L->combined));
 	g_rename_output(c, emit_last(&m), 0, L->combined);
 	lr->ifs = L->nif;
 	lr->repaired = 1;

@@ -21,8 +21,9 @@ void emit_init(Emit *m, Ctx *c, const char *pfx)
 const char *emit(Emit *m, const char *op, const char *const *in, size_t nin)
 {
 	const char *none = "";
-	Node *n = g_add_node(m->c, m->c->g, op, arena_cat(m->c->a, m->pfx, op, NULL), in, nin, &none, 1);
-	g_rename_output(m->c, n, 0, g_fresh(m->c, arena_cat(m->c->a, n->name, "_output_0", NULL)));
+	/* Bases in the layer's scratch: g_fresh keeps its own copy. */
+	Node *n = g_add_node(m->c, m->c->g, op, arena_cat(m->c->tmp, m->pfx, op, NULL), in, nin, &none, 1);
+	g_fresh_output(m->c, n, 0, arena_cat(m->c->tmp, n->name, "_output_0", NULL));
 	return n->output[0];
 }
 

@@ -95,11 +95,11 @@ static int rewrite(Ctx *c, Node *n, void *st, Err *e)
 		if (th->node[j] == gd->sq) {
 			g_rename_output(c, k, 0, n->output[0]);
 		} else {
-			g_rename_output(c, k, 0, g_fresh(c, k->output[0]));
+			g_fresh_output(c, k, 0, k->output[0]);
 			map_put(&ren, th->node[j]->output[0], k->output[0]);
 		}
 	}
-	g_rename_output(c, n, 0, g_fresh(c, arena_printf(c->a, "%s_guarded", n->output[0])));
+	g_fresh_output(c, n, 0, arena_printf(c->a, "%s_guarded", n->output[0]));
 	(void)e;
 	return 0;
 }

@@ -465,7 +465,7 @@ static const char *reemit(S *s, const Node *n, const char *const *in, size_t nin
 	for (size_t i = 0; i < nin; i++)
 		g_set_input(s->c, m, i, in[i]);
 	m->n_output = 1;
-	g_rename_output(s->c, m, 0, g_fresh(s->c, arena_printf(s->c->a, "%s_output_0", m->name)));
+	g_fresh_output(s->c, m, 0, arena_printf(s->c->a, "%s_output_0", m->name));
 	return m->output[0];
 }
 
@@ -1172,7 +1172,7 @@ int moe_sparse(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	Node *od = old->def; /* renaming makes the new node the producer */
 	for (size_t i = 0; i < od->n_output; i++)
 		if (strcmp(od->output[i], L->combined) == 0)
-			g_rename_output(c, od, i, g_fresh(c, arena_printf(c->a, "%s_routed", L->combined)));
+			g_fresh_output(c, od, i, arena_printf(c->a, "%s_routed", L->combined));
 	g_rename_output(c, emit_last(&s.em), 0, L->combined);
 	for (int id = 0, k = 0; id < s.E; id++) {
 		if (k < lr->npresent && lr->present[k] == id)

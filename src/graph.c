@@ -847,26 +847,51 @@ void g_set_input(Ctx *c, Node *n, size_t i, const char *name)
 	resolve_input(c, info(c, n), n, i, name);
 }
 
+void g_set_input_val(Ctx *c, Node *n, size_t i, Val *v)
+{
+	c->edits++;
+	NodeInfo *k = info(c, n);
+	n->input[i] = (char *)v->name;
+	if (k && i < k->nin)
+		k->in[i] = v;
+}
+
 void g_set_name(Ctx *c, Node *n, const char *base)
 {
 	n->name = (char *)g_fresh(c, base);
 }
 
-void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to)
+/* Output idx of n reads `to` (a string the model keeps) from now on. */
+static void rename_output(Ctx *c, Node *n, size_t idx, char *to)
 {
 	c->edits++;
 	NodeInfo *k = info(c, n);
-	Val *old = k && *n->output[idx] ? map_get(&k->g->val, n->output[idx]) : NULL;
+	/* The value n defines there is in its memo: define_graph and set_def,
+	 * the only places a node becomes a producer, both record it (a
+	 * clone's memo is empty: its output names are its source's values). */
+	Val *old = !k || !*n->output[idx] ? NULL : idx < k->nout ? k->out[idx] : map_get(&k->g->val, n->output[idx]);
 	if (old && old->def == n) {
 		old->def = NULL;
 		old->dk = NULL;
 	}
-	/* g_fresh's names (the usual ones) are the model's already. */
-	n->output[idx] = map_get(&c->names, to) == to ? (char *)to : arena_strdup(c->a, to);
+	n->output[idx] = to;
 	if (k && idx < k->nout)
 		k->out[idx] = NULL;
 	if (k && *to)
 		set_def(c, k, idx);
+}
+
+void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to)
+{
+	/* g_fresh's names (the usual ones) are the model's already. */
+	rename_output(c, n, idx, map_get(&c->names, to) == to ? (char *)to : arena_strdup(c->a, to));
+}
+
+const char *g_fresh_output(Ctx *c, Node *n, size_t idx, const char *base)
+{
+	char *to = (char *)g_fresh(c, base);
+	rename_output(c, n, idx, to);
+	return to;
 }
 
 void g_move_node(Ctx *c, Node *n, Graph *to)

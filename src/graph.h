@@ -238,11 +238,17 @@ void g_replace_uses(Ctx *c, const char *from, const char *to);
 /* Makes input i of n read value `name` (the node's use lists are stale
  * until g_reindex). */
 void g_set_input(Ctx *c, Node *n, size_t i, const char *name);
+/* The same with the value in hand (one n's graph sees): no lookup. */
+void g_set_input_val(Ctx *c, Node *n, size_t i, Val *v);
 /* Names n `base`, or base_N when taken. */
 void g_set_name(Ctx *c, Node *n, const char *base);
 /* Renames a node output in place (producer side only); the new name's
  * producer is n from now on. */
 void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to);
+/* The same to a fresh name made from base (g_fresh), which it returns:
+ * g_rename_output(c, n, idx, g_fresh(c, base)) without looking the new
+ * name up again. */
+const char *g_fresh_output(Ctx *c, Node *n, size_t idx, const char *base);
 /* Moves a node into graph g (appended); used to lift nodes out of If bodies. */
 void g_move_node(Ctx *c, Node *n, Graph *to);
 
