@@ -115,7 +115,6 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 		}
 		over[r->node][r->input] = g_init_at(c->g, c->g->gp->n_initializer - 1);
 	}
-	Val *x = g_val(c->g, L->x);
 	Map ren;
 	map_init(&ren, c->tmp, tpl->nnode * 2);
 	for (size_t i = 0; i < tpl->nnode; i++) {
@@ -125,11 +124,10 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 		g_set_name(c, n, clone_name(c, L, s, from, to, id, nb, sizeof nb));
 		for (size_t j = 0; j < n->n_input; j++) {
 			Val *r = over[i][j] ? over[i][j] : map_get(&ren, s->input[j]);
-			int in = !r && strcmp(s->input[j], tpl->in) == 0;
-			if (in && !x) /* no value of that name (the checker says so): as named */
+			if (r)
+				g_set_input_val(c, n, j, r);
+			else if (strcmp(s->input[j], tpl->in) == 0)
 				g_set_input(c, n, j, L->x);
-			else if (r || in)
-				g_set_input_val(c, n, j, r ? r : x);
 		}
 		for (size_t j = 0; j < n->n_output; j++) {
 			if (!*s->output[j])

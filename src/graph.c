@@ -643,16 +643,21 @@ const char *g_fresh(Ctx *c, const char *base)
 	}
 }
 
-/* Input j of n (index entry k, or NULL) reads `name`: looked up now,
- * while the values a pass just made are in cache, and the input is the
- * value's own string (no copy) and its memo filled. */
-static void resolve_input(Ctx *c, NodeInfo *k, Node *n, size_t j, const char *name)
+/* Input j of n (index entry k, or NULL) reads v, the value's own string
+ * (no copy) with its memo filled, or `name` where no value has it. */
+static void set_in(Ctx *c, NodeInfo *k, Node *n, size_t j, Val *v, const char *name)
 {
 	c->edits++;
-	Val *v = k && *name ? g_val(k->g, name) : NULL;
 	n->input[j] = v ? (char *)v->name : arena_strdup(c->a, name);
 	if (k && j < k->nin)
 		k->in[j] = v;
+}
+
+/* Input j of n reads `name`, looked up now, while the values a pass just
+ * made are in cache. */
+static void resolve_input(Ctx *c, NodeInfo *k, Node *n, size_t j, const char *name)
+{
+	set_in(c, k, n, j, k && *name ? g_val(k->g, name) : NULL, name);
 }
 
 static NodeInfo *push_node(Ctx *c, Graph *g, Node *n)
@@ -849,11 +854,7 @@ void g_set_input(Ctx *c, Node *n, size_t i, const char *name)
 
 void g_set_input_val(Ctx *c, Node *n, size_t i, Val *v)
 {
-	c->edits++;
-	NodeInfo *k = info(c, n);
-	n->input[i] = (char *)v->name;
-	if (k && i < k->nin)
-		k->in[i] = v;
+	set_in(c, info(c, n), n, i, v, NULL);
 }
 
 void g_set_name(Ctx *c, Node *n, const char *base)
