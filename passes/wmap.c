@@ -322,6 +322,23 @@ int moe_diff_max(const float *a, float sc, const float *b, int64_t n, float *d, 
 	return bad != 0;
 }
 
+/* out[i] = w[i] * sc for n elements, w and out the same array or apart.
+ * Eight at a time: GCC 12 at -O2 keeps the scalar loop (an unknown count,
+ * and out may overlap w), where a save's fold of its new weights spent
+ * most of its time. Each product is the scalar one, so the bytes are. */
+static void scale(float *out, const float *w, int64_t n, float sc)
+{
+	V4 s = (V4){ 0 } + sc;
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		V4 a = v4_load(w + i) * s, b = v4_load(w + i + 4) * s;
+		memcpy(out + i, &a, sizeof a);
+		memcpy(out + i + 4, &b, sizeof b);
+	}
+	for (; i < n; i++)
+		out[i] = w[i] * sc;
+}
+
 /* Of arrays in memory (samples, rebuilds). */
 static double reldiff(const float *a, const float *b, int64_t n)
 {
@@ -548,14 +565,9 @@ static const float *rebuild(Src *s, const Recipe *r, const char *pre, int64_t wa
 		if (dry)
 			return w;
 		int64_t per = want / bn.n;
-		for (int64_t o = 0; o < bn.n; o++) {
-			/* f32 like the exporter's own fold. */
-			float sc = (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + fold_eps(&bn, r)));
-			const float *wo = w + o * per;
-			float *oo = out + o * per;
-			for (int64_t i = 0; i < per; i++)
-				oo[i] = wo[i] * sc;
-		}
+		for (int64_t o = 0; o < bn.n; o++) /* f32 like the exporter's own fold */
+			scale(out + o * per, w + o * per, per,
+			      (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + fold_eps(&bn, r))));
 		return out;
 	}
 	/* R_FOLD_B */
