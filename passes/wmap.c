@@ -16,6 +16,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "duo.h"
 #include "filemap.h"
 #include "moe.h"
 
@@ -230,6 +231,11 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 	if (!t)
 		return NULL;
 	*n = wt_numel(t);
+	/* Before the cache, so that whether a read saw half precision does
+	 * not depend on whether this Src read the key before (map_layer
+	 * replays the verdicts of two Srcs in one order). */
+	if (*n >= 0 && (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 || t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16))
+		s->lowp = 1;
 	const float *d = in_place(t);
 	if (d && !copied_whole(t))
 		return d;
@@ -244,8 +250,6 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 	}
 	if (*n < 0 || !is_float(t->dtype))
 		return NULL;
-	if (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 || t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
-		s->lowp = 1;
 	f = arena_alloc_raw(s->ta, (size_t)*n * sizeof *f + 1);
 	Err e;
 	if (wt_to_f32(t, f, &e))
@@ -715,11 +719,44 @@ static void cand_add(Src *s, Cands *cs, const Recipe *r, double d)
 
 enum { MAXEPS = sizeof EPS / sizeof *EPS };
 
+/* A weight fold's comparison for full_diff, its blocks of whole channels
+ * dealt to the two halves of a duo_run by turns; each half keeps its own
+ * maxima, merged after: a max is exact in any order. */
+typedef struct {
+	const Recipe *r;
+	int k;
+	const float *w, *f;
+	const BN *bn;
+	int64_t n, per, cb;
+	float *buf[2]; /* half h's view buffers, cb * per floats for w then f; NULL: read in place */
+	float dm[2][MAXEPS], m[2];
+	int nan[2][MAXEPS];
+} Fold;
+
+static void fold_half(void *arg, int h)
+{
+	Fold *x = arg;
+	const BN *bn = x->bn;
+	int64_t per = x->per, cb = x->cb;
+	float *bw = x->buf[h], *bf = bw ? bw + cb * per : NULL;
+	for (int64_t o0 = h * cb; o0 < bn->n; o0 += 2 * cb) {
+		int64_t kc = bn->n - o0 < cb ? bn->n - o0 : cb;
+		const float *wv = view(x->w, o0 * per, kc * per, x->n, bw), *fv = view(x->f, o0 * per, kc * per, x->n, bf);
+		for (int64_t o = o0; o < o0 + kc; o++)
+			for (int j = 0; j < x->k; j++) {
+				float sc = (float)((bn->g ? bn->g[o] : 1.0) / sqrt((double)bn->var[o] + fold_eps(bn, &x->r[j])));
+				x->nan[h][j] |= moe_diff_max(wv + (o - o0) * per, sc, fv + (o - o0) * per, per, &x->dm[h][j],
+							     j ? NULL : &x->m[h]);
+			}
+	}
+}
+
 /* reldiff(rebuild(r[j]), f) for k <= MAXEPS recipes alike but for a fold's
  * eps, into d[j]. A weight fold is compared in one pass for all k, with
  * no rebuild stored: this loop reads the template's weights for each eps
  * their sample let through, and every present expert kept inline, most of
- * a repair's reading. The arithmetic is rebuild's and reldiff's. */
+ * a repair's reading, split over the two cores. The arithmetic is
+ * rebuild's and reldiff's. */
 static int full_diff(Src *s, const Recipe *r, int k, const char *pre, int64_t n, const float *f, double *d, Err *e)
 {
 	if (r->kind != R_FOLD_W) {
@@ -740,25 +777,20 @@ static int full_diff(Src *s, const Recipe *r, int k, const char *pre, int64_t n,
 	if (!w || kn != n || bn.n <= 0 || n % bn.n)
 		return errf(e, "no Conv weight '%s' of %lld elements in %s", key, (long long)n, s->w->path);
 	/* Whole channels a block; buffers only for what view may read into. */
-	int64_t per = n / bn.n, cb = per >= BLOCK ? 1 : BLOCK / per;
-	float dm[MAXEPS] = { 0 }, m = 0, *bw = NULL, *bf = NULL;
+	Fold x = { .r = r, .k = k, .w = w, .f = f, .bn = &bn, .n = n, .per = n / bn.n };
+	x.cb = x.per >= BLOCK ? 1 : BLOCK / x.per;
 	if ((size_t)n * sizeof *f >= PAGE) {
-		bw = blocks(s, cb * per);
-		bf = bw + s->nblk;
+		int64_t cp = x.cb * x.per;
+		float *b = blocks(s, 2 * cp); /* two runs of nblk >= 2 cp floats, one a half */
+		x.buf[0] = b;
+		x.buf[1] = b + s->nblk;
 	}
-	int nan[MAXEPS] = { 0 };
-	for (int64_t o0 = 0; o0 < bn.n; o0 += cb) {
-		int64_t kc = bn.n - o0 < cb ? bn.n - o0 : cb;
-		const float *wv = view(w, o0 * per, kc * per, n, bw), *fv = view(f, o0 * per, kc * per, n, bf);
-		for (int64_t o = o0; o < o0 + kc; o++)
-			for (int j = 0; j < k; j++) {
-				float sc = (float)((bn.g ? bn.g[o] : 1.0) / sqrt((double)bn.var[o] + fold_eps(&bn, &r[j])));
-				nan[j] |= moe_diff_max(wv + (o - o0) * per, sc, fv + (o - o0) * per, per, &dm[j],
-						       j ? NULL : &m);
-			}
+	duo_run(fold_half, &x, 2 * (size_t)n * sizeof *f);
+	float m = x.m[0] > x.m[1] ? x.m[0] : x.m[1];
+	for (int j = 0; j < k; j++) {
+		float dm = x.dm[0][j] > x.dm[1][j] ? x.dm[0][j] : x.dm[1][j];
+		d[j] = x.nan[0][j] | x.nan[1][j] ? INFINITY : dm / (m > 1e-12f ? (double)m : 1e-12);
 	}
-	for (int j = 0; j < k; j++)
-		d[j] = nan[j] ? INFINITY : dm[j] / (m > 1e-12f ? (double)m : 1e-12);
 	return 0;
 }
 
@@ -985,30 +1017,93 @@ static Slot *const_slots(Ctx *c, const Expert *x, size_t *ns)
 	return s;
 }
 
-/* How closely recipe r rebuilds present expert q's tensor at slot sl:
- * whole, except tensors kept in external data past the template (a
- * sample, see SAMPLES). -1 on error (e set). */
-static int verify(Src *s, const Layer *L, const Expert *tpl, const Expert *q, const Slot *sl, const Recipe *r,
-		  double *d, Err *e)
-{
-	Ctx *c = s->c;
-	const char *qn = q->node[sl->node]->input[sl->input];
-	const Tensor *u = g_const(q->g, qn);
+/* A present expert's tensor at one template slot, looked up on the main
+ * thread: the halves of check_half read no index. */
+typedef struct {
+	const Expert *q;
+	const char *qn;  /* the tensor's name */
+	const float *f;  /* its values in f32, NULL: not a float constant */
 	int64_t n;
-	const float *f = u ? tensor_f32(c, u, &n) : NULL;
-	if (!f)
+	const char *pre; /* the expert's key prefix */
+	int external;
+} Present;
+
+static Present present(Ctx *c, const Layer *L, const Expert *q, const Slot *sl)
+{
+	Present p = { .q = q, .qn = q->node[sl->node]->input[sl->input] };
+	const Tensor *u = g_const(q->g, p.qn);
+	p.f = u ? tensor_f32(c, u, &p.n) : NULL;
+	p.pre = key_prefix(c, L, q->id);
+	p.external = u && u->has_data_location && u->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+	return p;
+}
+
+/* How closely recipe r rebuilds present expert p's tensor: whole, except
+ * tensors kept in external data past the template (a sample, see
+ * SAMPLES). -1 on error (e set). */
+static int verify(Src *s, const Layer *L, const Expert *tpl, const Present *p, const Recipe *r, double *d, Err *e)
+{
+	if (!p->f)
 		return errf(e, "layer %s: expert %d's tensor '%s' is not a float constant like expert %d's '%s'",
-			    L->scope, q->id, qn, tpl->id, r->tname);
-	const char *qpre = key_prefix(c, L, q->id);
-	int external = u->has_data_location && u->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
-	if (q == tpl || !external) {
-		if (full_diff(s, r, 1, qpre, n, f, d, e))
-			return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, q->id, qn);
+			    L->scope, p->q->id, p->qn, tpl->id, r->tname);
+	if (p->q == tpl || !p->external) {
+		if (full_diff(s, r, 1, p->pre, p->n, p->f, d, e))
+			return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, p->q->id, p->qn);
 		return 0;
 	}
-	if (sample_diff(s, r, qpre, n, f, d, e) < 0)
-		return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, q->id, qn);
+	if (sample_diff(s, r, p->pre, p->n, p->f, d, e) < 0)
+		return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, p->q->id, p->qn);
 	return 0;
+}
+
+/* verify's answer for one present expert and one candidate. */
+typedef struct {
+	int state; /* 0 not asked, 1 d set, -1 e set */
+	int lowp;  /* it read a half-precision key (see tolerance) */
+	double d;
+	Err e;
+} Verdict;
+
+/* The present experts' verdicts on a slot's candidates, the experts dealt
+ * to the two halves of a duo_run by turns, each half with a Src of its
+ * own. A half asks what map_layer's loop would ask of its experts, in
+ * that loop's order: it skips a candidate once one of its own experts
+ * put it past tol (the loop skips it from the first expert that did), and
+ * stops at an error (the loop stops there). What it asks beyond (a
+ * candidate the other half's earlier expert ruled out) is not read. */
+typedef struct {
+	Src *s[2];
+	const Layer *L;
+	const Expert *tpl;
+	const Cands *cs;
+	const Present *p;
+	size_t np;
+	double tol;
+	Verdict *v;           /* np x cs->n */
+	unsigned char *out[2]; /* per half: candidates it saw fail */
+} Check;
+
+static void check_half(void *arg, int h)
+{
+	Check *x = arg;
+	Src *s = x->s[h];
+	for (size_t i = (size_t)h; i < x->np; i += 2)
+		for (size_t j = 0; j < x->cs->n; j++) {
+			if (x->cs->v[j].d > x->tol || x->out[h][j])
+				continue;
+			Verdict *v = &x->v[i * x->cs->n + j];
+			int was = s->lowp;
+			s->lowp = 0;
+			int rc = verify(s, x->L, x->tpl, &x->p[i], &x->cs->v[j].r, &v->d, &v->e);
+			v->lowp = s->lowp;
+			s->lowp |= was;
+			if (rc) {
+				v->state = -1;
+				return;
+			}
+			v->state = 1;
+			x->out[h][j] = !(v->d <= x->tol);
+		}
 }
 
 /* Whether recipes a and b give the same tensor (n elements) for every
@@ -1433,13 +1528,28 @@ static int same_eps(Src *s, const Layer *L, const Expert *tpl, const Mapping *m,
 	return 0;
 }
 
+static int map_slots(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, int clones, Src *s, Src *hs,
+		     Err *e);
+
 /* clones: missing experts will be built from tpl, so every expert id must
  * hold tpl's tensors in the checkpoint. */
 static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, int clones, Err *e)
 {
 	Src s = { .c = c, .ta = c->tmp, .w = w };
 	map_init(&s.cache, c->tmp, 64);
-	if (clones && same_structure(&s, L, tpl, e))
+	/* The second half's, in the helper's arena when it runs there. */
+	Arena *ha = duo_arena();
+	Src hs = { .c = c, .ta = ha ? ha : c->tmp, .w = w };
+	map_init(&hs.cache, hs.ta, 64);
+	int rc = map_slots(c, L, tpl, w, m, clones, &s, &hs, e);
+	if (ha)
+		arena_reset(ha);
+	return rc;
+}
+
+static int map_slots(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping *m, int clones, Src *s, Src *hs, Err *e)
+{
+	if (clones && same_structure(s, L, tpl, e))
 		return -1;
 	size_t ns;
 	Slot *sl = const_slots(c, tpl, &ns);
@@ -1452,11 +1562,11 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 		Recipe *r = &m->r[m->n++];
 		int64_t n;
 		const float *f = tensor_f32(c, t, &n);
-		Cands cs = f ? candidates(&s, t, f, n, pre) : (Cands){ 0 };
+		Cands cs = f ? candidates(s, t, f, n, pre) : (Cands){ 0 };
 		/* Best fit over every present expert: a loose tolerance (half
 		 * precision) lets near misses through on the template (eps 1e-5
 		 * for 1e-3), never past the exact recipe. */
-		double best = INFINITY, worst = 0, tol = tolerance(&s, t->data_type);
+		double best = INFINITY, worst = 0, tol = tolerance(s, t->data_type);
 		const char *worstname = t->name;
 		const Expert *worstx = tpl;
 		size_t pick = cs.n;
@@ -1466,26 +1576,56 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 			cs.v[j].r.node = sl[i].node;
 			cs.v[j].r.input = sl[i].input;
 		}
-		/* Expert by expert, so that the candidates sample each expert's
-		 * tensor in turn (sample_diff keeps the last sample); a candidate
-		 * stops at its first expert past tol. */
-		for (size_t k = 0; k < L->nex; k++)
-			for (size_t j = 0; j < cs.n && &L->ex[k] != tpl; j++) {
-				double d;
+		/* The present experts' verdicts, on both cores (check_half),
+		 * then read expert by expert, so that the candidates sample each
+		 * expert's tensor in turn (sample_diff keeps the last sample); a
+		 * candidate stops at its first expert past tol. */
+		Check ck = { .s = { s, hs }, .L = L, .tpl = tpl, .cs = &cs, .tol = tol };
+		if (cs.n) {
+			Present *pr = arena_alloc(c->tmp, L->nex * sizeof *pr);
+			for (size_t k = 0; k < L->nex; k++)
+				if (&L->ex[k] != tpl)
+					pr[ck.np++] = present(c, L, &L->ex[k], &sl[i]);
+			ck.p = pr;
+			/* A sample's eight reads cost what reading 64 KiB does. */
+			size_t work = 0;
+			for (size_t k = 0; k < ck.np; k++)
+				work += pr[k].external ? 64 << 10 : 2 * (size_t)pr[k].n * sizeof *pr[k].f;
+			ck.v = arena_alloc(c->tmp, (ck.np * cs.n + 1) * sizeof *ck.v);
+			ck.out[0] = arena_alloc(c->tmp, 2 * cs.n);
+			ck.out[1] = ck.out[0] + cs.n;
+			int lowp = s->lowp;
+			duo_run(check_half, &ck, ck.np > 1 ? work * cs.n : 0);
+			s->lowp = lowp;
+		}
+		for (size_t k = 0, q = 0; k < L->nex; k++) {
+			if (&L->ex[k] == tpl)
+				continue;
+			for (size_t j = 0; j < cs.n; j++) {
 				if (maxd[j] > tol)
 					continue;
-				if (verify(&s, L, tpl, &L->ex[k], &sl[i], &cs.v[j].r, &d, e))
+				const Verdict *v = &ck.v[q * cs.n + j];
+				if (v->state == 0)
+					return errf(e, "layer %s: internal error: expert %d's tensor was not compared; please report this model",
+						    L->scope, L->ex[k].id);
+				if (v->state < 0) {
+					*e = v->e;
 					return -1;
+				}
+				s->lowp |= v->lowp;
+				double d = v->d;
 				if (d != d) /* no test passes NaN; none should fail to refuse it */
 					d = INFINITY;
 				if (d > maxd[j])
 					maxd[j] = d;
 				if (d > worst) {
 					worst = d;
-					worstname = L->ex[k].node[sl[i].node]->input[sl[i].input];
+					worstname = ck.p[q].qn;
 					worstx = &L->ex[k];
 				}
 			}
+			q++;
+		}
 		for (size_t j = 0; j < cs.n; j++)
 			if (maxd[j] <= tol && maxd[j] < best) {
 				best = maxd[j];
@@ -1505,7 +1645,7 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 			if (ev[j] > ev[pick])
 				pick = j;
 		for (size_t j = 0; pick < cs.n && j < cs.n; j++)
-			if (j != pick && ev[j] >= ev[pick] && !same_for_missing(&s, L, &cs.v[pick].r, &cs.v[j].r, n))
+			if (j != pick && ev[j] >= ev[pick] && !same_for_missing(s, L, &cs.v[pick].r, &cs.v[j].r, n))
 				return errf(e, "layer %s: tensor '%s' of expert %d is rebuilt equally well as %s and as %s, which differ for the missing experts; the checkpoint cannot tell them apart",
 					    L->scope, t->name, tpl->id, describe(c, pre, &cs.v[pick].r), describe(c, pre, &cs.v[j].r));
 		if (pick < cs.n) {
@@ -1520,7 +1660,7 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 			const Tensor *wt = g_const(worstx->g, worstname);
 			int64_t wn = 0;
 			const float *wf = wt ? tensor_f32(c, wt, &wn) : NULL;
-			if (!note_damage(&s, wt, wf, wn, key_prefix(c, L, worstx->id), e)) {
+			if (!note_damage(s, wt, wf, wn, key_prefix(c, L, worstx->id), e)) {
 				size_t len = strlen(e->msg);
 				snprintf(e->msg + len, sizeof e->msg - len, "; is %s the checkpoint of this model?", w->path);
 			}
@@ -1548,7 +1688,7 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 		if (!agree) {
 			errf(e, "layer %s: tensor '%s' of expert %d (input %zu of node '%s') matches no checkpoint tensor under '%s' by name, value or Conv+BatchNorm folding (keys there: %s)",
 			     L->scope, t->name, tpl->id, sl[i].input, tpl->node[sl[i].node]->name, pre, keys_under(c, w, pre));
-			note_damage(&s, t, f, n, pre, e);
+			note_damage(s, t, f, n, pre, e);
 			/* A quantized export (int8 weights behind DequantizeLinear)
 			 * has no checkpoint tensor to find: the scales of the missing
 			 * experts were never calibrated. */
@@ -1569,9 +1709,9 @@ static int map_layer(Ctx *c, const Layer *L, const Expert *tpl, WSrc *w, Mapping
 			return -1;
 		}
 	}
-	if (clones && same_eps(&s, L, tpl, m, e))
+	if (clones && same_eps(s, L, tpl, m, e))
 		return -1;
-	return shared_input(&s, L, tpl, e);
+	return shared_input(s, L, tpl, e);
 }
 
 static const char *shape_str(Ctx *c, const WTensor *t)

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "duo.h"
 #include "graph.h"
 #include "infer.h"
 #include "inline.h"
@@ -429,6 +430,8 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	/* The first layer drops what opening and binding read too: the
 	 * header of a checkpoint of small tensors is as large as its data. */
 	size_t read = DROP_EVERY;
+	/* The weights each layer compares are split over both cores (duo.h). */
+	duo_start();
 	/* The helper keeps populating through the layers, which make most of
 	 * the new memory: the block it holds ready adds 2 MiB to the peak,
 	 * the layers' own population stalls cost more (a 400-layer repair,
@@ -500,6 +503,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		}
 		r->changed = 1;
 	}
+	duo_stop();
 	/* A check runs the repair unsaved: the new weights the save would
 	 * build are built too, and dropped, so that one the save would refuse
 	 * (a NaN in a missing expert) stops the check as it would the repair. */
@@ -569,6 +573,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 out:
 	if (ret < 0 && dry)
 		errwrap(e, "needs repair, and the repair would stop");
+	duo_stop();
 	prefetch_end(&own);
 	arena_prefill(0);
 	if (op)
