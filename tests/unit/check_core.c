@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "duo.h"
 #include "err.h"
 #include "filemap.h"
 #include "map.h"
@@ -368,6 +369,87 @@ START_TEST(filemap_is_bounded)
 }
 END_TEST
 
+/* duo_run's contract: half 1 on another thread only when the helper runs,
+ * the job is large enough and the caller is not itself in a half; each
+ * half exactly once; the helper's arena offered to the caller's half-1
+ * work only outside a half. */
+typedef struct {
+	pthread_t th[2];
+	int runs[2];
+	int nested_same[2]; /* a duo_run from inside this half ran both of its halves here */
+	Arena *inner_arena[2];
+	int nest;
+} DuoJob;
+
+typedef struct {
+	pthread_t th[2];
+} DuoInner;
+
+static void duo_inner(void *arg, int h)
+{
+	((DuoInner *)arg)->th[h] = pthread_self();
+}
+
+static void duo_half(void *arg, int h)
+{
+	DuoJob *j = arg;
+	j->th[h] = pthread_self();
+	j->runs[h]++;
+	j->inner_arena[h] = duo_arena();
+	if (j->nest) {
+		DuoInner in;
+		duo_run(duo_inner, &in, (size_t)DUO_MIN * 4);
+		j->nested_same[h] = pthread_equal(in.th[0], pthread_self()) && pthread_equal(in.th[1], pthread_self());
+	}
+}
+
+START_TEST(duo_splits_large_jobs_only)
+{
+	DuoJob j = { 0 };
+	/* Not started: both halves in the caller. */
+	duo_run(duo_half, &j, (size_t)DUO_MIN * 4);
+	ck_assert_int_eq(j.runs[0], 1);
+	ck_assert_int_eq(j.runs[1], 1);
+	ck_assert(pthread_equal(j.th[1], pthread_self()));
+	ck_assert_ptr_null(duo_arena());
+
+	ck_assert_int_eq(duo_start(), 1);
+	ck_assert_ptr_nonnull(duo_arena());
+	for (int round = 0; round < 200; round++) {
+		memset(&j, 0, sizeof j);
+		duo_run(duo_half, &j, (size_t)DUO_MIN);
+		ck_assert_int_eq(j.runs[0], 1);
+		ck_assert_int_eq(j.runs[1], 1);
+		ck_assert(pthread_equal(j.th[0], pthread_self()));
+		ck_assert(!pthread_equal(j.th[1], pthread_self()));
+		ck_assert_ptr_null(j.inner_arena[0]);
+		ck_assert_ptr_null(j.inner_arena[1]);
+	}
+	/* Small: the caller runs both, and may hand its own nested job on. */
+	memset(&j, 0, sizeof j);
+	duo_run(duo_half, &j, (size_t)DUO_MIN - 1);
+	ck_assert(pthread_equal(j.th[1], pthread_self()));
+	ck_assert_ptr_nonnull(j.inner_arena[1]);
+	/* Nested inside a split job: serial in whichever thread runs the half. */
+	memset(&j, 0, sizeof j);
+	j.nest = 1;
+	duo_run(duo_half, &j, (size_t)DUO_MIN * 4);
+	ck_assert(j.nested_same[0] && j.nested_same[1]);
+	duo_stop();
+	duo_stop();
+	ck_assert_ptr_null(duo_arena());
+	memset(&j, 0, sizeof j);
+	duo_run(duo_half, &j, (size_t)DUO_MIN * 4);
+	ck_assert(pthread_equal(j.th[1], pthread_self()));
+	/* Started again after a stop. */
+	ck_assert_int_eq(duo_start(), 1);
+	memset(&j, 0, sizeof j);
+	duo_run(duo_half, &j, (size_t)DUO_MIN * 4);
+	ck_assert(!pthread_equal(j.th[1], pthread_self()));
+	duo_stop();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("core");
@@ -388,6 +470,7 @@ int main(void)
 	tcase_add_test(tc, err_escapes_hostile_names);
 	tcase_add_test(tc, filemap_reads_through_the_file);
 	tcase_add_test(tc, filemap_is_bounded);
+	tcase_add_test(tc, duo_splits_large_jobs_only);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
