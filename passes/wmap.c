@@ -1038,15 +1038,15 @@ static Present present(Ctx *c, const Layer *L, const Expert *q, const Slot *sl)
 	return p;
 }
 
-/* How closely recipe r rebuilds present expert p's tensor: whole, except
- * tensors kept in external data past the template (a sample, see
- * SAMPLES). -1 on error (e set). */
+/* How closely recipe r rebuilds present expert p's tensor (never the
+ * template's, which candidates compared): whole, except tensors kept in
+ * external data (a sample, see SAMPLES). -1 on error (e set). */
 static int verify(Src *s, const Layer *L, const Expert *tpl, const Present *p, const Recipe *r, double *d, Err *e)
 {
 	if (!p->f)
 		return errf(e, "layer %s: expert %d's tensor '%s' is not a float constant like expert %d's '%s'",
 			    L->scope, p->q->id, p->qn, tpl->id, r->tname);
-	if (p->q == tpl || !p->external) {
+	if (!p->external) {
 		if (full_diff(s, r, 1, p->pre, p->n, p->f, d, e))
 			return errwrap(e, "layer %s: expert %d's tensor '%s'", L->scope, p->q->id, p->qn);
 		return 0;

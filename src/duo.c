@@ -41,7 +41,6 @@ static void relax(void)
 #endif
 }
 
-/* Waits until *word differs from (neq) or equals (!neq) v, or stop. */
 static long long ns(void)
 {
 	struct timespec t;
@@ -49,6 +48,7 @@ static long long ns(void)
 	return t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
+/* Waits until *word differs from (neq) or equals (!neq) v, or stop. */
 static void wait_for(unsigned *word, unsigned v, int neq, int *sleeps, pthread_cond_t *cv)
 {
 	long long end = ns() + SPIN_NS;
