@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "filemap.h"
 #include "spawn.h"
 
 /* Under AddressSanitizer what arena_reset empties stays poisoned until it
@@ -125,10 +126,6 @@ static int fits(size_t n)
 	size_t h = held_now();
 	return n <= b && h <= b - n;
 }
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 /* sz bytes at a 2 MiB boundary (huge pages need it), the first pop of
  * them populated, NULL on failure. */

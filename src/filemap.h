@@ -18,11 +18,14 @@
 
 #include "err.h"
 
-/* madvise's "map these pages now", in one call instead of a trap per
- * page (Linux 5.14+; older kernels refuse it and the pages fault in on
- * first use). Older C libraries lack the name. */
+/* madvise's "map these pages now" (to read, to write), in one call
+ * instead of a trap per page (Linux 5.14+; older kernels refuse it and the
+ * pages fault in on first use). Older C libraries lack the names. */
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
 #endif
 
 /* The file at path opened to read, its stat in st; -1 (e set) unless it

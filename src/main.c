@@ -14,6 +14,7 @@
 
 #include "afile.h"
 #include "arena.h"
+#include "duo.h"
 #include "err.h"
 #include "filemap.h"
 #include "model.h"
@@ -497,6 +498,9 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, int on
 	 * and 0.34 -> 0.32 s (eight), peak RSS unchanged. The budget is set
 	 * already: arena_new asked for it. */
 	arena_prefill(1);
+	/* The load checks the wire on one core and looks for zeros to cut
+	 * on the other (model.c); pipeline_run keeps it and stops it. */
+	duo_start();
 	Opts o = { .check_only = mode != RUN_REPAIR, .no_check = g->no_check, .verbose = g->verbose,
 		   .weights = g->weights, .layout = !spec && (g->weights || g->emit), .progress = &pg,
 		   .dispatch = g->sparse ? DISPATCH_SPARSE : DISPATCH_DENSE,
@@ -554,6 +558,7 @@ static int run(const Args *g, const Spec *spec, const char *in, FILE *js, int on
 done:
 	/* A failed load or save check leaves the checkpoint opening. */
 	pipeline_prefetch_end(pf);
+	duo_stop(); /* a failed load leaves it running */
 	arena_prefill(0);
 	progress_done(&pg);
 	/* In a batch every error line names its input (a save error names

@@ -38,6 +38,10 @@ typedef struct {
 	void *verify_ud;
 	unsigned char *lbase; /* their placeholders' reserved range (model.c) */
 	size_t llen;
+	/* Read-only zeros the all-zero tensors the load cut out point at
+	 * (model.c), unmapped by model_close; NULL: none cut. */
+	uint8_t *zeros;
+	size_t nzeros;
 	struct Later **placed; /* by placeholder address */
 	size_t nplaced;
 } Model;

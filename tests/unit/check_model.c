@@ -555,6 +555,144 @@ START_TEST(verify_gates_the_commit)
 }
 END_TEST
 
+/* Wire helpers for the zeros test: field tag, length-delimited field. */
+static uint8_t *wire_varint(uint8_t *o, uint64_t v)
+{
+	for (; v >= 0x80; v >>= 7)
+		*o++ = (uint8_t)(v | 0x80);
+	*o++ = (uint8_t)v;
+	return o;
+}
+
+static uint8_t *wire_field(uint8_t *o, unsigned num, const void *p, size_t n)
+{
+	o = wire_varint(o, (uint64_t)num << 3 | 2);
+	o = wire_varint(o, n);
+	memcpy(o, p, n);
+	return o + n;
+}
+
+static size_t packed_tensor(Onnx__TensorProto *t, uint8_t *o)
+{
+	return onnx__tensor_proto__pack(t, o);
+}
+
+static void tensor(Onnx__TensorProto *t, const char *name, const uint8_t *raw, size_t n)
+{
+	static int64_t dims[1];
+	onnx__tensor_proto__init(t);
+	t->name = (char *)name, t->has_data_type = 1, t->data_type = 2;
+	t->n_dims = 1, t->dims = dims, dims[0] = 0;
+	t->has_raw_data = 1, t->raw_data.data = (uint8_t *)raw, t->raw_data.len = n;
+}
+
+static int in_zeros(const Model *md, const Onnx__TensorProto *t)
+{
+	return md->zeros && t->raw_data.data >= md->zeros && t->raw_data.data < md->zeros + md->nzeros;
+}
+
+/* Tensors of zeros (most of the file) are cut out of the wire before the
+ * unpack and pointed at shared zeros: the model read is the one protobuf-c
+ * reads from the file, byte for byte once packed, wherever the tensor sits
+ * (initializer, Constant, a branch's Constant) and however the wire spells
+ * it (a raw_data given twice, a tensor given in two parts that merge). */
+START_TEST(zeros_cut_before_unpack)
+{
+	Arena *a = arena_new();
+	enum { Z = 64 << 10 };
+	uint8_t *zero = arena_alloc(a, Z), *one = arena_alloc(a, 8192), *negz = arena_alloc(a, 8192);
+	one[8191] = 1;
+	for (size_t i = 3; i < 8192; i += 4)
+		negz[i] = 0x80; /* -0.0f: zero as a float, not as bytes */
+	Onnx__TensorProto tz, tone, tneg, tsmall, tc, tb, tr1, tr2;
+	tensor(&tz, "z", zero, Z);
+	tensor(&tone, "one", one, 8192);
+	tensor(&tneg, "negz", negz, 8192);
+	tensor(&tsmall, "small", zero, 1024);
+	tensor(&tc, "c", zero, 32 << 10);
+	tensor(&tb, "b", zero, 16 << 10);
+	Onnx__TensorProto *inits[] = { &tz, &tone, &tneg, &tsmall };
+	/* node Constant(value = c); node If(then_branch = { Constant(value = b) }) */
+	Onnx__AttributeProto ac = ONNX__ATTRIBUTE_PROTO__INIT, ab = ac, ag = ac;
+	ac.name = "value", ac.t = &tc, ac.has_type = 1, ac.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
+	ab = ac, ab.t = &tb;
+	Onnx__AttributeProto *pac = &ac, *pab = &ab, *pag = &ag;
+	Onnx__NodeProto nc = ONNX__NODE_PROTO__INIT, nb = nc, ni = nc;
+	char *oc[] = { "c_out" }, *ob[] = { "b_out" }, *ii[] = { "cond" }, *oi[] = { "i_out" };
+	nc.op_type = "Constant", nc.n_output = 1, nc.output = oc, nc.n_attribute = 1, nc.attribute = &pac;
+	nb = nc, nb.output = ob, nb.attribute = &pab;
+	Onnx__NodeProto *pnb = &nb;
+	Onnx__GraphProto branch = ONNX__GRAPH_PROTO__INIT;
+	branch.name = "then", branch.n_node = 1, branch.node = &pnb;
+	ag.name = "then_branch", ag.g = &branch, ag.has_type = 1, ag.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
+	ni.op_type = "If", ni.n_input = 1, ni.input = ii, ni.n_output = 1, ni.output = oi, ni.n_attribute = 1, ni.attribute = &pag;
+	Onnx__NodeProto *nodes[] = { &nc, &ni };
+	Onnx__GraphProto g = ONNX__GRAPH_PROTO__INIT;
+	g.name = "g", g.n_initializer = 4, g.initializer = inits, g.n_node = 2, g.node = nodes;
+	size_t cap = 2 * Z + (256 << 10);
+	uint8_t *gw = arena_alloc(a, cap), *o = gw + onnx__graph_proto__pack(&g, gw);
+	/* Two more initializers, each one field given twice: "r1" first zeros
+	 * then {1,2,3,4} (the last raw_data wins), "r2" the other way round,
+	 * as two TensorProto parts that protobuf merges. */
+	uint8_t *tw = arena_alloc(a, cap), four[4] = { 1, 2, 3, 4 };
+	tensor(&tr1, "r1", zero, 8192);
+	size_t k = packed_tensor(&tr1, tw);
+	uint8_t *q = wire_field(tw + k, 9, four, 4);
+	o = wire_field(o, 5, tw, (size_t)(q - tw));
+	tensor(&tr2, "r2", four, 4);
+	k = packed_tensor(&tr2, tw);
+	tensor(&tr2, "r2", zero, 8192);
+	k += packed_tensor(&tr2, tw + k);
+	o = wire_field(o, 5, tw, k);
+	uint8_t *mw = arena_alloc(a, cap + 16), *m = mw;
+	*m++ = 0x08, *m++ = 8; /* ir_version 8 */
+	m = wire_field(m, 7, gw, (size_t)(o - gw));
+	size_t n = (size_t)(m - mw);
+	put(at(a, "z.onnx"), mw, n);
+
+	Model md;
+	Err e;
+	ck_assert_int_eq(model_load(&md, at(a, "z.onnx"), a, &e), 0);
+	Onnx__GraphProto *lg = md.m->graph;
+	ck_assert_uint_eq(lg->n_initializer, 6);
+	ck_assert(in_zeros(&md, lg->initializer[0]));
+	ck_assert_uint_eq(lg->initializer[0]->raw_data.len, Z);
+	ck_assert(!in_zeros(&md, lg->initializer[1]) && !in_zeros(&md, lg->initializer[2]) && !in_zeros(&md, lg->initializer[3]));
+	ck_assert(in_zeros(&md, lg->node[0]->attribute[0]->t));
+	ck_assert(in_zeros(&md, lg->node[1]->attribute[0]->g->node[0]->attribute[0]->t));
+	ck_assert_uint_eq(lg->initializer[4]->raw_data.len, 4);
+	ck_assert(in_zeros(&md, lg->initializer[5]));
+	/* Packed again, what protobuf-c reads from the file itself. */
+	Onnx__ModelProto *ref = onnx__model_proto__unpack(NULL, n, mw);
+	ck_assert_ptr_nonnull(ref);
+	size_t nr = onnx__model_proto__get_packed_size(ref);
+	ck_assert_uint_eq(onnx__model_proto__get_packed_size(md.m), nr);
+	uint8_t *pr = arena_alloc(a, nr), *pm = arena_alloc(a, nr);
+	onnx__model_proto__pack(ref, pr);
+	onnx__model_proto__pack(md.m, pm);
+	ck_assert_mem_eq(pr, pm, nr);
+	onnx__model_proto__free_unpacked(ref, NULL);
+	model_close(&md);
+	ck_assert_ptr_null(md.zeros);
+
+	/* Zeros not most of the file: nothing cut, the wire not copied. */
+	tensor(&tone, "one", one, 4 * Z);
+	g.n_node = 0;
+	n = onnx__graph_proto__pack(&g, gw);
+	m = mw;
+	*m++ = 0x08, *m++ = 8;
+	m = wire_field(m, 7, gw, n);
+	put(at(a, "nz.onnx"), mw, (size_t)(m - mw));
+	ck_assert_int_eq(model_load(&md, at(a, "nz.onnx"), a, &e), 0);
+	ck_assert_ptr_null(md.zeros);
+	ck_assert_uint_eq(md.m->graph->initializer[0]->raw_data.len, Z);
+	model_close(&md);
+	unlink(at(a, "z.onnx"));
+	unlink(at(a, "nz.onnx"));
+	arena_free(a);
+}
+END_TEST
+
 int main(void)
 {
 	if (!mkdtemp(dir))
@@ -563,6 +701,7 @@ int main(void)
 	TCase *tc = tcase_create("model");
 	tcase_add_test(tc, nul_in_a_name);
 	tcase_add_test(tc, roundtrip_keeps_unknown_fields);
+	tcase_add_test(tc, zeros_cut_before_unpack);
 	tcase_add_test(tc, verify_gates_the_commit);
 	tcase_add_test(tc, tensor_data_embedded_and_external);
 	tcase_add_test(tc, refuses_over_2gib);
