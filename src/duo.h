@@ -1,7 +1,8 @@
 /* The second core for work that splits in two: the weights a repair
  * compares (each layer's template whole, its present experts on a sample)
  * are half of a large model's repair, and the other core sat idle through
- * them.
+ * them; the load's wire check runs beside its search for zeros to cut
+ * (model.c).
  *
  * duo_run(f, arg) runs f(arg, 1) on a helper thread while the caller runs
  * f(arg, 0), and returns once both are done. Without the helper (not
