@@ -1402,11 +1402,7 @@ static size_t varint_len(size_t v)
 static void put_varint(ProtobufCBuffer *b, size_t v)
 {
 	uint8_t buf[10];
-	size_t n = 0;
-	for (; v >= 0x80; v >>= 7)
-		buf[n++] = (uint8_t)(v | 0x80);
-	buf[n++] = (uint8_t)v;
-	b->append(b, n, buf);
+	b->append(b, (size_t)(put_varint_to(buf, v) - buf), buf);
 }
 
 static void plan(const Model *md, Plan *p)
