@@ -600,7 +600,7 @@ START_TEST(zeros_cut_before_unpack)
 {
 	Arena *a = arena_new();
 	enum { Z = 64 << 10 };
-	uint8_t *zero = arena_alloc(a, Z), *one = arena_alloc(a, 8192), *negz = arena_alloc(a, 8192);
+	uint8_t *zero = arena_alloc(a, Z), *one = arena_alloc(a, 4 * Z), *negz = arena_alloc(a, 8192);
 	one[8191] = 1;
 	for (size_t i = 3; i < 8192; i += 4)
 		negz[i] = 0x80; /* -0.0f: zero as a float, not as bytes */
