@@ -567,7 +567,7 @@ long g_const_ints(const Graph *g, const char *name, int64_t *out, size_t max)
  * detection asks this of every zeros tensor per node, and a traced
  * dispatch's zeros are as large as its activations. Little-endian, as
  * raw_data is. */
-static int bytes_zero(const void *p, size_t n, uint64_t mask)
+int g_bytes_zero(const void *p, size_t n, uint64_t mask)
 {
 	const unsigned char *b = p;
 	size_t i = 0;
@@ -617,7 +617,7 @@ int g_is_zero(const Graph *g, const char *name)
 	default:
 		mask = ~(uint64_t)0;
 	}
-	return p && bytes_zero(p, nb, mask);
+	return p && g_bytes_zero(p, nb, mask);
 }
 
 const char *g_fresh(Ctx *c, const char *base)

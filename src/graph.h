@@ -185,6 +185,9 @@ const Tensor *g_const(const Graph *g, const char *name);
 /* Reads an integer constant tensor (int64/int32) into out; returns the
  * element count or -1. */
 long g_const_ints(const Graph *g, const char *name, int64_t *out, size_t max);
+/* Every bit of the n bytes at p that mask selects (per 8-byte word) is 0:
+ * ~0 for bytes all 0, a float's sign bits cleared for +-0. */
+int g_bytes_zero(const void *p, size_t n, uint64_t mask);
 /* 1 when every element of a constant (or ConstantOfShape fill) is zero. */
 int g_is_zero(const Graph *g, const char *name);
 /* Bytes of a tensor's data in raw little-endian form (raw_data or the typed
