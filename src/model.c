@@ -568,19 +568,6 @@ static int holds_tensor(const ProtobufCMessageDescriptor *d)
 	       d == &onnx__training_info_proto__descriptor || d == &onnx__sparse_tensor_proto__descriptor;
 }
 
-/* A varint of a wire model_wire_check accepted. */
-static uint64_t wire_varint(const uint8_t **p)
-{
-	uint64_t r = 0;
-	for (int i = 0; i < 10; i++) {
-		uint8_t b = *(*p)++;
-		r |= (uint64_t)(b & 0x7f) << (7 * i);
-		if (!(b & 0x80))
-			break;
-	}
-	return r;
-}
-
 /* All n bytes at p are 0. Read through the file into a buffer that stays
  * in cache (filemap.h): on the external-data model's 79 MB, 31 -> 24 ms
  * against the mapping's pages. */
@@ -599,6 +586,36 @@ static int zeros_at(Cuts *c, const uint8_t *p, size_t n)
 	return 1;
 }
 
+/* One field of a message from *p: its tag in *t, its bytes from *body
+ * (after the length of a length-delimited one) to *p after. -1 where the
+ * wire breaks. */
+static int next_field(Scan *s, const uint8_t **p, const uint8_t *end, uint64_t *t, const uint8_t **body)
+{
+	uint64_t len;
+	if (varint(s, p, end, t) < 0)
+		return -1;
+	*body = *p;
+	switch (*t & 7) {
+	case 0:
+		return varint(s, p, end, &len);
+	case 1:
+	case 5:
+		len = (*t & 7) == 1 ? 8 : 4;
+		break;
+	case 2:
+		if (varint(s, p, end, &len) < 0)
+			return -1;
+		*body = *p;
+		break;
+	default:
+		return -1;
+	}
+	if (len > (uint64_t)(end - *p))
+		return -1;
+	*p += len;
+	return 0;
+}
+
 /* The cuts in [p, end), a message of type d, in wire order; -1 where the
  * wire breaks (it runs beside the wire check, which says where and why). */
 static int find_cuts(Cuts *c, const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end, int depth)
@@ -606,51 +623,34 @@ static int find_cuts(Cuts *c, const ProtobufCMessageDescriptor *d, const uint8_t
 	if (depth > MAX_DEPTH)
 		return -1;
 	while (p < end) {
-		const uint8_t *tag = p;
-		uint64_t t, len;
-		if (varint(&c->s, &p, end, &t) < 0)
+		const uint8_t *tag = p, *body;
+		uint64_t t;
+		if (next_field(&c->s, &p, end, &t, &body) < 0)
 			return -1;
-		switch (t & 7) {
-		case 0:
-			if (varint(&c->s, &p, end, &len) < 0)
-				return -1;
-			break;
-		case 1:
-		case 5:
-			len = (t & 7) == 1 ? 8 : 4;
-			if ((uint64_t)(end - p) < len)
-				return -1;
-			p += len;
-			break;
-		case 2:
-			if (varint(&c->s, &p, end, &len) < 0 || len > (uint64_t)(end - p))
-				return -1;
-			if (d == &onnx__tensor_proto__descriptor) {
-				if (t >> 3 == c->raw_data && len >= ZCUT_MIN && zeros_at(c, p, len)) {
-					if (c->n == c->cap) {
-						size_t cap = c->cap ? 2 * c->cap : 64;
-						c->v = arena_grow(c->a, c->v, c->n * sizeof *c->v, cap * sizeof *c->v);
-						c->cap = cap;
-					}
-					c->v[c->n++] = (Cut){ tag, len };
-					c->saved += len - TOKEN;
-					if (len > c->max)
-						c->max = len;
+		if ((t & 7) != 2)
+			continue;
+		size_t len = (size_t)(p - body);
+		if (d == &onnx__tensor_proto__descriptor) {
+			if (t >> 3 == c->raw_data && len >= ZCUT_MIN && zeros_at(c, body, len)) {
+				if (c->n == c->cap) {
+					size_t cap = c->cap ? 2 * c->cap : 64;
+					c->v = arena_grow(c->a, c->v, c->n * sizeof *c->v, cap * sizeof *c->v);
+					c->cap = cap;
 				}
-			} else {
-				const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(d, (unsigned)(t >> 3));
-				size_t had = c->n;
-				if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && holds_tensor(f->descriptor) &&
-				    find_cuts(c, f->descriptor, p, p + len, depth + 1) < 0)
-					return -1;
-				if (c->n > had) /* its length is padded */
-					c->saved -= PADDED;
+				c->v[c->n++] = (Cut){ tag, len };
+				c->saved += len - TOKEN;
+				if (len > c->max)
+					c->max = len;
 			}
-			p += len;
-			break;
-		default:
-			return -1;
+			continue;
 		}
+		const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(d, (unsigned)(t >> 3));
+		size_t had = c->n;
+		if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && holds_tensor(f->descriptor) &&
+		    find_cuts(c, f->descriptor, body, p, depth + 1) < 0)
+			return -1;
+		if (c->n > had) /* its length is padded */
+			c->saved -= PADDED;
 	}
 	return 0;
 }
@@ -659,6 +659,7 @@ typedef struct {
 	uint8_t *o;
 	const Cut *c, *cend;
 	uint8_t nonce[8];
+	Scan s; /* the wire is checked: next_field cannot fail */
 } Emit;
 
 static uint8_t *put_varint_to(uint8_t *o, uint64_t v)
@@ -677,26 +678,9 @@ static void emit_cut(Emit *w, const ProtobufCMessageDescriptor *d, const uint8_t
 {
 	const uint8_t *run = p;
 	while (p < end && w->c < w->cend && w->c->at < end) {
-		const uint8_t *tag = p;
-		uint64_t t = wire_varint(&p);
-		const uint8_t *body = p;
-		uint64_t len = 0;
-		switch (t & 7) {
-		case 0:
-			wire_varint(&p);
-			break;
-		case 1:
-			p += 8;
-			break;
-		case 5:
-			p += 4;
-			break;
-		case 2:
-			len = wire_varint(&p);
-			body = p;
-			p += len;
-			break;
-		}
+		const uint8_t *tag = p, *body;
+		uint64_t t;
+		next_field(&w->s, &p, end, &t, &body);
 		if (p <= w->c->at)
 			continue; /* ends before the next cut: stays in the run */
 		memcpy(w->o, run, (size_t)(tag - run));
@@ -712,7 +696,7 @@ static void emit_cut(Emit *w, const ProtobufCMessageDescriptor *d, const uint8_t
 		} else {
 			uint8_t *hdr = w->o;
 			w->o += PADDED;
-			emit_cut(w, protobuf_c_message_descriptor_get_field(d, (unsigned)(t >> 3))->descriptor, body, body + len);
+			emit_cut(w, protobuf_c_message_descriptor_get_field(d, (unsigned)(t >> 3))->descriptor, body, p);
 			uint64_t n = (uint64_t)(w->o - hdr - PADDED);
 			for (int i = 0; i < PADDED; i++, n >>= 7)
 				hdr[i] = (uint8_t)((n & 0x7f) | (i < PADDED - 1 ? 0x80 : 0));
@@ -820,7 +804,7 @@ static Onnx__ModelProto *unpack_cut(Model *md, const Cuts *c, const uint8_t *p, 
 	madvise(z, c->max, MADV_POPULATE_READ);
 	md->zeros = z;
 	md->nzeros = c->max;
-	Emit w = { .o = buf, .c = c->v, .cend = c->v + c->n };
+	Emit w = { .o = buf, .c = c->v, .cend = c->v + c->n, .s.p0 = p };
 	draw_nonce(w.nonce);
 	emit_cut(&w, &onnx__model_proto__descriptor, p, p + n);
 	Onnx__ModelProto *m = onnx__model_proto__unpack(&pa, (size_t)(w.o - buf), buf);
