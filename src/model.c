@@ -896,9 +896,7 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 {
 	if (load(md, path, a, e) == 0)
 		return 0;
-	if (md->zeros) /* a refused model is not closed */
-		munmap(md->zeros, md->nzeros);
-	md->zeros = NULL;
+	model_close(md); /* what the load mapped: callers close only a loaded model */
 	return -1;
 }
 
