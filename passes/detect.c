@@ -7,7 +7,8 @@
  *    on the weights) goes through NonZero; its batch coordinate gathers the
  *    expert's input rows, batch and slot coordinates gather the routing
  *    weight, and the expert's output times that weight is scattered into
- *    the routed sum;
+ *    the routed sum (Mixtral's token dispatch compares by a pick of a
+ *    transposed one-hot: its NonZero holds slot, then row);
  *  - masksum form (scripted, or traced without a row gather): the expert
  *    runs on the whole input and is weighted by sum_j W[:,j]*(I[:,j]==id),
  *    usually inside an If gated on the match.
@@ -296,6 +297,7 @@ typedef struct {
 	Node **eq;      /* Equal nodes comparing a view with a constant id */
 	int64_t *id;
 	const char **view;
+	int *rowc;      /* the row's NonZero coordinate behind each (Layer.rowc) */
 	size_t n, cap;
 	int dense;      /* a view indexes GatherElements (or OneHot, before opset 11): the dense form */
 	int sparse;     /* a view picks rows of stacked expert weights: the sparse form */
@@ -322,6 +324,65 @@ static int onehot_gather(const Graph *g, const Node *n)
 	return reduce_axis1(g, red, &rx) && axis_fwd(rx, g_ty_rank(g, red->input[0])) == ax;
 }
 
+static void view_add(Views *w, Node *eq, int64_t id, const char *v, int rowc)
+{
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 16;
+		w->eq = arena_grow(w->a, w->eq, w->n * sizeof *w->eq, cap * sizeof *w->eq);
+		w->id = arena_grow(w->a, w->id, w->n * sizeof *w->id, cap * sizeof *w->id);
+		w->view = arena_grow(w->a, w->view, w->n * sizeof *w->view, cap * sizeof *w->view);
+		w->rowc = arena_grow(w->a, w->rowc, w->n * sizeof *w->rowc, cap * sizeof *w->rowc);
+		w->cap = cap;
+	}
+	w->eq[w->n] = eq;
+	w->id[w->n] = id;
+	w->view[w->n] = v;
+	w->rowc[w->n++] = rowc;
+}
+
+/* Mixtral's dispatch: mask = one_hot(indices [B,k], E).permute(2, 1, 0),
+ * then mask[id] is indices == id as [k,B], the NonZero of which holds
+ * (slot, row). OneHot n (reading the view v) must feed only such picks:
+ * a Transpose bringing the one-hot axis first, then Gathers of scalar
+ * ids below the depth, with values (0, 1). Each pick is a comparison,
+ * its rows in coordinate 1 (0 when the permutation keeps [B,k]). */
+static int onehot_picks(Views *w, const Graph *g, Node *n, const char *v)
+{
+	int64_t depth, vals[2];
+	if (g_ty_rank(g, n->output[0]) != 3 || axis_fwd(g_attr_i(n, "axis", -1), 3) != 2 || n->n_input != 3 ||
+	    !const_int1(g, n->input[1], &depth) || depth < 1 || g_const_ints(g, n->input[2], vals, 2) != 2 ||
+	    vals[0] != 0 || vals[1] != 1)
+		return 0;
+	const Val *oh = g_val(g, n->output[0]);
+	if (oh && oh->nuse == 1 && g_is(oh->use[0].n, "Cast"))
+		oh = g_val(g, oh->use[0].n->output[0]);
+	if (!oh || !oh->nuse)
+		return 0;
+	size_t n0 = w->n;
+	for (size_t i = 0; i < oh->nuse; i++) {
+		const Node *t = oh->use[i].n;
+		const Onnx__AttributeProto *p = g_attr(t, "perm");
+		if (!g_is(t, "Transpose") || !p || p->n_ints != 3 || p->ints[0] != 2)
+			goto no;
+		int rowc = p->ints[1] == 1 && p->ints[2] == 0 ? 1 : p->ints[1] == 0 && p->ints[2] == 1 ? 0 : -1;
+		const Val *tv = g_val(g, t->output[0]);
+		if (rowc < 0 || !tv || !tv->nuse)
+			goto no;
+		for (size_t j = 0; j < tv->nuse; j++) {
+			Node *pick = tv->use[j].n;
+			int64_t id;
+			if (!g_is(pick, "Gather") || strcmp(pick->input[0], t->output[0]) != 0 || g_attr_i(pick, "axis", 0) != 0 ||
+			    g_ty_rank(g, nin(pick, 1)) != 0 || !const_int1(g, nin(pick, 1), &id) || id < 0 || id >= depth)
+				goto no;
+			view_add(w, pick, id, v, rowc);
+		}
+	}
+	return 1;
+no:
+	w->n = n0;
+	return 0;
+}
+
 static unsigned view_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 {
 	Views *w = ud;
@@ -330,22 +391,15 @@ static unsigned view_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 		int64_t id;
 		if (!const_int1(g, nin(n, 1 - slot), &id))
 			return 0;
-		if (w->n == w->cap) {
-			size_t cap = w->cap ? w->cap * 2 : 16;
-			w->eq = arena_grow(w->a, w->eq, w->n * sizeof *w->eq, cap * sizeof *w->eq);
-			w->id = arena_grow(w->a, w->id, w->n * sizeof *w->id, cap * sizeof *w->id);
-			w->view = arena_grow(w->a, w->view, w->n * sizeof *w->view, cap * sizeof *w->view);
-			w->cap = cap;
-		}
-		w->eq[w->n] = n;
-		w->id[w->n] = id;
-		w->view[w->n++] = v;
+		view_add(w, n, id, v, 0);
 		return 0;
 	}
 	if ((g_is(n, "GatherElements") && slot == 1) || (g_is(n, "OneHot") && slot == 0 && onehot_gather(g, n))) {
 		w->dense = 1;
 		return 0;
 	}
+	if (g_is(n, "OneHot") && slot == 0 && onehot_picks(w, g, n, v))
+		return 0;
 	if (g_is(n, "Gather") && slot == 1 && g_attr_i(n, "axis", 0) == 0) {
 		Val *d = g_val(g, n->input[0]);
 		if (d && d->init && d->init->n_dims >= 2)
@@ -460,9 +514,9 @@ static unsigned coord_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 }
 
 /* The [B,k] weights behind a gather of one weight per selected (row, slot):
- * Gather(Flatten(T), row*dim1(T) + slot) or GatherND(T, [row, slot]).
- * NULL when n is no such gather. */
-static const char *weight_source(const Graph *g, Node *n, Node *z)
+ * Gather(Flatten(T), row*dim1(T) + slot) or GatherND(T, [row, slot]), the
+ * row being NonZero z's coordinate rc. NULL when n is no such gather. */
+static const char *weight_source(const Graph *g, Node *n, Node *z, int rc)
 {
 	Node *zz = NULL;
 	if (g_is(n, "GatherND")) {
@@ -471,7 +525,7 @@ static const char *weight_source(const Graph *g, Node *n, Node *z)
 		Node *cat = def_of(g, n->input[1]);
 		if (!cat || !g_is(cat, "Concat") || cat->n_input != 2)
 			return NULL;
-		if (nz_coord(g, cat->input[0], &zz) != 0 || zz != z || nz_coord(g, cat->input[1], &zz) != 1 || zz != z)
+		if (nz_coord(g, cat->input[0], &zz) != rc || zz != z || nz_coord(g, cat->input[1], &zz) != 1 - rc || zz != z)
 			return NULL;
 		return n->input[0];
 	}
@@ -494,13 +548,13 @@ static const char *weight_source(const Graph *g, Node *n, Node *z)
 	if (!add || !g_is(add, "Add"))
 		return NULL;
 	for (int s = 0; s < 2; s++) {
-		if (nz_coord(g, add->input[s], &zz) != 1 || zz != z)
+		if (nz_coord(g, add->input[s], &zz) != 1 - rc || zz != z)
 			continue;
 		Node *mul = def_of(g, strip(g, add->input[1 - s], NULL));
 		if (!mul || !g_is(mul, "Mul"))
 			return NULL;
 		for (int r = 0; r < 2; r++) {
-			if (nz_coord(g, mul->input[r], &zz) != 0 || zz != z)
+			if (nz_coord(g, mul->input[r], &zz) != rc || zz != z)
 				continue;
 			const char *d = strip(g, mul->input[1 - r], NULL);
 			Node *gd = def_of(g, d);
@@ -590,6 +644,23 @@ static int any_rows(const Graph *g, const Node *z, const char *match)
 			return 0;
 	}
 	return strcmp(moe_uncast(g, f->input[0]), match) == 0;
+}
+
+/* The axis Gather n picks rows along: 0, or 1 where it reads
+ * Unsqueeze(x, 0) (x[None, rows], which keeps a leading 1); -1 else. */
+static int rows_axis(const Graph *g, const Node *n)
+{
+	if (!g_is(n, "Gather"))
+		return -1;
+	int64_t ax = g_attr_i(n, "axis", 0), u;
+	if (ax == 0)
+		return 0;
+	Node *un = def_of(g, n->input[0]);
+	if (ax != 1 || !un || !g_is(un, "Unsqueeze"))
+		return -1;
+	const Onnx__AttributeProto *a = g_attr(un, "axes");
+	int zero = a ? a->n_ints == 1 && a->ints[0] == 0 : const_int1(g, nin(un, 1), &u) && u == 0;
+	return zero ? 1 : -1;
 }
 
 /* Rows of a tensor read back to be added to and written in place
@@ -954,7 +1025,7 @@ static Acc *acc_eval(AccWalk *w, Node *n)
 			Acc *a = acc_of(w, n->input[1 - s]);
 			Node *rd = def_of(g, n->input[s]), *z = NULL;
 			if (!a || !a->contrib || a->base || !rd || !g_is(rd, "Gather") || g_attr_i(rd, "axis", 0) != 0 ||
-			    nz_coord(g, rd->input[1], &z) != 0)
+			    nz_coord(g, rd->input[1], &z) != w->L->rowc)
 				continue;
 			Acc *r = acc_new(w);
 			disjoint_or(w, r->bits, a->bits);
@@ -987,7 +1058,7 @@ static Acc *acc_eval(AccWalk *w, Node *n)
 		int add = red && red->has_s && red->s.len == 3 && memcmp(red->s.data, "add", 3) == 0;
 		Node *z = NULL;
 		/* The rows written are the rows the expert read. */
-		if (nz_coord(g, n->input[1], &z) != 0)
+		if (nz_coord(g, n->input[1], &z) != w->L->rowc)
 			return NULL;
 		/* Rows read from the target, added to, written back: an add,
 		 * when they are the same rows (NonZero's are distinct). */
@@ -1059,6 +1130,23 @@ static int bits_all(const AccWalk *w, const uint64_t *b)
 		if (!(b[k / 64] >> (k % 64) & 1))
 			return 0;
 	return 1;
+}
+
+/* The dense sum takes the shape of the experts' outputs: where the model
+ * reshapes the full sum (Mixtral's [B*T,D] back to [B,T,D]), the value
+ * replaced is the sum before, and the reshape stays to read it. */
+static const char *before_views(AccWalk *w, const Graph *g, const char *v)
+{
+	for (int d = 0; d < 16; d++) {
+		Node *n = def_of(g, v);
+		if (!n || !(g_is(n, "Reshape") || g_is(n, "Unsqueeze") || g_is(n, "Squeeze") || g_is(n, "Expand")))
+			break;
+		Acc *a = acc_of(w, n->input[0]);
+		if (!a || a->contrib || !bits_all(w, a->bits))
+			break;
+		v = n->input[0];
+	}
+	return v;
 }
 
 static int find_combined(Ctx *c, Layer *L, const char *want, Err *e)
@@ -1137,7 +1225,7 @@ static int find_combined(Ctx *c, Layer *L, const char *want, Err *e)
 			    L->scope, want, nfound ? "that is " : "no value sums exactly them", found ? found : "",
 			    other ? ", or " : "", other ? other : "", nfound > 2 ? ", ..." : "");
 	if (want) {
-		L->combined = want;
+		L->combined = before_views(&w, c->g, want);
 		return 0;
 	}
 	if (nfound != 1)
@@ -1145,7 +1233,7 @@ static int find_combined(Ctx *c, Layer *L, const char *want, Err *e)
 			    L->scope, nfound ? "cannot tell which value is" : "cannot find", nfound,
 			    found ? ": " : "", found ? found : "", other ? ", " : "", other ? other : "",
 			    nfound ? "; set `output:` in experts.yaml" : "; the layer cannot be repaired safely");
-	L->combined = found;
+	L->combined = before_views(&w, c->g, found);
 	return 0;
 }
 
@@ -1251,12 +1339,12 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 			if (is_scatter_el(n) || g_is(n, "ScatterND"))
 				continue; /* checked with the routed sum */
 			Graph *ng = g_graph_of(c, n);
-			if (g_is(n, "Gather") && g_attr_i(n, "axis", 0) == 0 && nz_coord(ng, n->input[1], &zz) == 0 &&
+			if (g_is(n, "Gather") && g_attr_i(n, "axis", 0) == 0 && nz_coord(ng, n->input[1], &zz) == L->rowc &&
 			    zz == z && rmw_read(ng, n))
 				continue; /* checked with the routed sum */
-			const char *mw = map_weights(ng, n, z, L->indices, id);
-			if (!mw && g_is(n, "Gather") && g_attr_i(n, "axis", 0) == 0 && nz_coord(ng, n->input[1], &zz) == 0 &&
-			    zz == z && !map_get(&rk, n->input[0])) {
+			const char *mw = L->rowc ? NULL : map_weights(ng, n, z, L->indices, id);
+			int ax = mw ? -1 : rows_axis(ng, n);
+			if (ax >= 0 && nz_coord(ng, n->input[1], &zz) == L->rowc && zz == z && !map_get(&rk, n->input[0])) {
 				if (row && strcmp(row->input[0], n->input[0]) != 0)
 					return errf(e, "layer %s: expert %d gathers rows of two tensors ('%s', '%s'); the layer cannot be repaired safely",
 						    L->scope, x->id, row->input[0], n->input[0]);
@@ -1264,10 +1352,11 @@ static int expert_of(Ctx *c, Layer *L, Node *eq, int64_t id, Expert *x, const ch
 					return errf(e, "layer %s: expert %d gathers its rows twice ('%s', '%s'); the layer cannot be repaired safely",
 						    L->scope, x->id, row->name ? row->name : "", n->name ? n->name : "");
 				row = n;
+				L->rowax = ax;
 				continue;
 			}
 			int pm = mw != NULL;
-			const char *t = pm ? mw : weight_source(ng, n, z);
+			const char *t = pm ? mw : weight_source(ng, n, z, L->rowc);
 			if (t && !wg) {
 				if (pm && !any_rows(ng, z, eq->output[0]))
 					return errf(e, "layer %s: expert %d's rows are not those where any position chose it; the layer cannot be repaired safely",
@@ -1656,6 +1745,11 @@ static Comps expert_module(Ctx *c, const Expert *x)
 		 * output (out.to(dtype)) after the layer, not the expert. */
 		if (g_is(n, "Constant") || g_is(n, "Cast") || g_is(n, "Identity"))
 			continue;
+		/* Nor is the reshape of the gathered rows (Mixtral's
+		 * h[None, rows].reshape(-1, D)) the expert's: the layer's. */
+		if (n->n_input && x->in && strcmp(n->input[0], x->in) == 0 &&
+		    (g_is(n, "Reshape") || g_is(n, "Flatten") || g_is(n, "Squeeze") || g_is(n, "Unsqueeze")))
+			continue;
 		Comps m = comps(c->tmp, n->name ? spec_node_module(c->tmp, n->name) : NULL);
 		if (!m.n)
 			return (Comps){ 0 };
@@ -1762,7 +1856,11 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 		return 1;
 	}
 	L->ex = arena_alloc(c->a, w.n * sizeof *L->ex);
+	L->rowc = w.rowc[0];
 	for (size_t i = 0; i < w.n; i++) {
+		if (w.rowc[i] != L->rowc)
+			return errf(e, "layer %s: experts %lld and %lld are dispatched by masks of different layouts ([B,k] and [k,B]); the layer cannot be repaired safely",
+				    L->scope, (long long)w.id[0], (long long)w.id[i]);
 		if (w.id[i] < 0 || w.id[i] > 65535)
 			return errf(e, "layer %s: the dispatch compares the router indices with %lld, which is no expert id",
 				    L->scope, (long long)w.id[i]);

@@ -22,7 +22,7 @@
 
 typedef struct {
 	int id;           /* the expert id the dispatch compares the indices with */
-	Node *eq;         /* that Equal */
+	Node *eq;         /* that Equal (or the Gather picking its row of a transposed one-hot) */
 	Node **node;      /* the expert's nodes, in graph order */
 	size_t nnode;
 	Graph *g;         /* graph holding them (an If body for scripted layers); see Layer.gen */
@@ -57,6 +57,10 @@ typedef struct {
 	                       * expert outputs [B,C,S...]; each expert weighs its rows by its channel
 	                       * of the [B,E,S...] map the weights were scattered into */
 	const char *x;        /* the full tensor the experts read */
+	int rowc;             /* the NonZero coordinate that is the row: 0, or 1 where the mask is
+	                       * [k,B] (one_hot(indices).permute(2, 1, 0)[id], Mixtral's dispatch) */
+	int rowax;            /* the axis of x the rows are gathered along: 0, or 1 where x is
+	                       * Unsqueeze(h, 0) (h[None, rows]) */
 	const char *combined; /* the routed sum the rest of the model reads */
 	int rank;             /* rank of one expert's output */
 	Expert *ex;           /* present experts, by id */

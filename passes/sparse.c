@@ -1108,6 +1108,10 @@ int moe_sparse(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 		lr->fallback = arena_printf(c->a, "opset %d is older than 11", c->opset);
 		return 0;
 	}
+	if (L->rowax) { /* the stacked weights fold the batch into axis 0 */
+		lr->fallback = "the rows are gathered along axis 1 (x[None, rows])";
+		return 0;
+	}
 	/* The new nodes go to the main graph: what they read must live there. */
 	const char *reads[] = { L->x, L->indices, L->weights, L->wmask ? L->wmask : L->x };
 	for (size_t i = 0; i < 4; i++) {

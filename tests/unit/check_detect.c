@@ -130,6 +130,80 @@ START_TEST(rows_traced)
 }
 END_TEST
 
+/* Mixtral's token dispatch: the match is row id of one_hot(indices,
+ * E).permute(2, 1, 0), a [k,B] mask, so NonZero holds the slot first and
+ * the row second; perm [2,0,1] keeps [B,k] and the usual order. */
+START_TEST(rows_onehot)
+{
+	static const int opsets[] = { 17, 11 };
+	for (int form = 1; form <= 2; form++)
+		for (int coord = CO_SPLIT; coord <= CO_GATHER; coord++)
+			for (size_t k = 0; k < 2; k++) {
+				MB m;
+				B b;
+				Lopt o = traced();
+				o.onehot = form;
+				o.coord = coord;
+				Lres r;
+				build(&m, &b, &o, &r, opsets[k]);
+				ck_assert_int_eq(b_index(&b), 0);
+				Layer *L = find1(&b, 0);
+				ck_assert_int_eq(L->form, FORM_ROWS);
+				ck_assert_int_eq(L->rowc, form == 1);
+				ck_assert_int_eq(L->rowax, 0);
+				same_layer(&b, L, &o, &r, 3);
+				b_free(&b);
+			}
+}
+END_TEST
+
+/* A one-hot that is no id match: values (1, 0) invert it; a pick of it
+ * also summed (transformers' expert_hit) is used otherwise too. */
+START_TEST(refuse_onehot_not_match)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	o.onehot = 1;
+	o.onehot_values = "1,0";
+	Lres r;
+	build(&m, &b, &o, &r, 17);
+	ck_assert_int_eq(b_index(&b), 0);
+	refused(&b, "through a dispatch no known form has");
+	b_free(&b);
+
+	o = traced();
+	o.onehot = 1;
+	build(&m, &b, &o, &r, 17);
+	const char *tr = r.ex[0].eq->input[0];
+	b_out(&b, NULL, mb_op(&m, NULL, "/model.0", "ReduceSum", tr, "keepdims=0"), INT64, NULL);
+	ck_assert_int_eq(b_index(&b), 0);
+	refused(&b, "through a dispatch no known form has");
+	b_free(&b);
+}
+END_TEST
+
+/* The model reshapes the routed sum ([B*T,D] back to [B,T,D] in token
+ * layers): the value the dense sum replaces is the sum before the
+ * reshape, which must stay to give the rest of the model its shape. */
+START_TEST(sum_reshaped)
+{
+	MB m;
+	B b;
+	Lopt o = traced();
+	Lres r;
+	mb_new(&m, &b, 17);
+	mb_inputs(&m, o.E);
+	mb_layer(&m, &o, &r);
+	const char *rs = mb_op(&m, NULL, "/model.0", "Reshape", MB_J(&m, r.combined, mb_int(&m, NULL, "/model.0", "3", "2,2,-1")), "");
+	b_out(&b, NULL, mb_op(&m, NULL, "/model.0", "Unsqueeze", MB_J(&m, rs, mb_int(&m, NULL, "/model.0", "1", "0")), ""), FLOAT, NULL);
+	ck_assert_int_eq(b_index(&b), 0);
+	Layer *L = find1(&b, 0);
+	ck_assert_str_eq(L->combined, r.combined);
+	b_free(&b);
+}
+END_TEST
+
 /* The coordinates taken by Gather(Transpose(NonZero), j, axis 1) instead
  * of Split. */
 START_TEST(rows_gather_coords)
@@ -675,6 +749,9 @@ int main(void)
 	TCase *tc = tcase_create("forms");
 	tcase_add_test(tc, rows_traced);
 	tcase_add_test(tc, rows_gather_coords);
+	tcase_add_test(tc, rows_onehot);
+	tcase_add_test(tc, sum_reshaped);
+	tcase_add_test(tc, refuse_onehot_not_match);
 	tcase_add_test(tc, rows_gathernd);
 	tcase_add_test(tc, rows_cast);
 	tcase_add_test(tc, rows_wmask);

@@ -138,6 +138,10 @@ typedef struct {
 	int cast;          /* Cast on both sides of the weighted product */
 	int wmask;         /* the match And-ed with Greater(W, 0) */
 	int idxview;       /* indices reshaped [2,k,1,1], Reshape [1,-1], Slice, Cast before the Equal */
+	int onehot;        /* the match a Gather(Transpose(OneHot(indices, E)), id) instead of an Equal
+	                    * (Mixtral): 1, perm [2,1,0] ([k,B] masks: NonZero gives slot, row);
+	                    * 2, perm [2,0,1] ([B,k]); onehot_values: its (off, on), default "0,1" */
+	const char *onehot_values;
 	const char *x, *scores, *zeros; /* default "x", "scores", "zeros" (mb_inputs) */
 	const char *wname, *bname;      /* the experts' Conv weight and bias initializers, "{i}" the id;
 	                                 * default "onnx::Conv_w{i}", "onnx::Conv_b{i}" (a fused export) */
@@ -208,14 +212,15 @@ static inline const char *mb_rows(MB *m, Onnx__GraphProto *g, const Lopt *o, Lre
 	Xres *x = &r->ex[i];
 	const char *nz = mb_op(m, g, p, "NonZero", mask, "");
 	const char *tr = mb_op(m, g, p, "Transpose", nz, "perm=[1,0]");
+	int rc = o->onehot == 1; /* the row's coordinate */
 	if (o->coord == CO_GATHER) {
-		x->row = mb_op(m, g, p, "Gather", MB_J(m, tr, mb_int(m, g, p, "", "0")), "axis=1");
-		x->slot = mb_op(m, g, p, "Gather", MB_J(m, tr, mb_int(m, g, p, "", "1")), "axis=1");
+		x->row = mb_op(m, g, p, "Gather", MB_J(m, tr, mb_int(m, g, p, "", rc ? "1" : "0")), "axis=1");
+		x->slot = mb_op(m, g, p, "Gather", MB_J(m, tr, mb_int(m, g, p, "", rc ? "0" : "1")), "axis=1");
 	} else {
 		Node *s = mb_opset(m) >= 13 ? mb_node(m, g, p, "Split", MB_J(m, tr, mb_int(m, g, p, "2", "1,1")), 2, "axis=1")
 					    : mb_node(m, g, p, "Split", tr, 2, "axis=1 split=[1,1]");
-		x->row = mb_axis(m, g, p, "Squeeze", s->output[0], 1);
-		x->slot = mb_axis(m, g, p, "Squeeze", s->output[1], 1);
+		x->row = mb_axis(m, g, p, "Squeeze", s->output[rc], 1);
+		x->slot = mb_axis(m, g, p, "Squeeze", s->output[1 - rc], 1);
 	}
 	x->in = mb_op(m, g, p, "Gather", MB_J(m, o->x, x->row), "axis=0");
 	const char *y = mb_expert(m, g, o, o->ids[i], x->in, x);
@@ -312,9 +317,18 @@ static inline void mb_layer(MB *m, Lopt *o, Lres *r)
 	}
 	if (o->wmask)
 		r->wmask = mb_op(m, NULL, p, "Greater", MB_J(m, r->weights, mb_op(m, NULL, p, "Constant", "", "value=t:1::0")), "");
-	const char *acc = o->zeros ? o->zeros : "zeros";
+	const char *acc = o->zeros ? o->zeros : "zeros", *picks = NULL;
+	if (o->onehot) {
+		const char *vals = mb_op(m, NULL, p, "Constant", "",
+					 arena_printf(a, "value=t:7:2:%s", o->onehot_values ? o->onehot_values : "0,1"));
+		const char *oh = mb_op(m, NULL, p, "OneHot",
+				       MB_J(m, r->indices, mb_int(m, NULL, p, "", arena_printf(a, "%d", o->E)), vals), "axis=-1");
+		picks = mb_op(m, NULL, p, "Transpose", oh, o->onehot == 1 ? "perm=[2,1,0]" : "perm=[2,0,1]");
+	}
 	for (int i = 0; i < o->nid; i++) {
-		Node *eqn = mb_node(m, NULL, p, "Equal", MB_J(m, r->indices, mb_int(m, NULL, p, "", arena_printf(a, "%d", o->ids[i]))), 1, "");
+		const char *id = mb_int(m, NULL, p, "", arena_printf(a, "%d", o->ids[i]));
+		Node *eqn = picks ? mb_node(m, NULL, p, "Gather", MB_J(m, picks, id), 1, "axis=0")
+				  : mb_node(m, NULL, p, "Equal", MB_J(m, r->indices, id), 1, "");
 		const char *eq = eqn->output[0];
 		r->ex[i].eq = eqn;
 		if (o->form == F_ROWS)
