@@ -169,7 +169,8 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
  * -1 error. Sizes come from the shape inference of the model as loaded:
  * run after g_infer. */
 int moe_sparse(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e);
-/* FLOPs of one expert's Convs for one input, -1 when a size is unknown. */
+/* FLOPs of one expert's Convs and Linears (MatMul, Gemm of a constant
+ * weight) for one input row, -1 when a size is unknown. */
 double moe_expert_flops(const Layer *L);
 /* Bytes of one expert's weights, a page more per tensor (the template's
  * initializers; an unknown element size counts 8): a bound of what

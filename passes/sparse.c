@@ -1047,11 +1047,16 @@ double moe_expert_flops(const Layer *L)
 	double f = 0;
 	for (size_t i = 0; i < t->nnode; i++) {
 		const Node *n = t->node[i];
-		if (!g_is(n, "Conv") || n->n_input < 2)
+		int conv = g_is(n, "Conv");
+		/* A Linear (MatMul or Gemm of a 2-D weight) per row, times the
+		 * positions between its output's row and feature axes. */
+		if ((!conv && !g_is(n, "MatMul") && !g_is(n, "Gemm")) || n->n_input < 2 ||
+		    (!conv && !g_const(t->g, n->input[1])))
 			continue;
 		int64_t w[DIMS_MAX], o[DIMS_MAX];
 		int wr = dims_of(t->g, n->input[1], w), orank = dims_of(t->g, n->output[0], o);
-		int64_t a = wr > 0 ? numel(w, wr) : -1, b = orank > 2 ? numel(o + 2, orank - 2) : -1;
+		int64_t a = wr > 0 ? numel(w, wr) : -1;
+		int64_t b = conv ? (orank > 2 ? numel(o + 2, orank - 2) : -1) : orank >= 2 && wr == 2 ? numel(o + 1, orank - 2) : -1;
 		if (a < 0 || b < 0)
 			return -1;
 		f += 2.0 * (double)a * (double)b;

@@ -82,6 +82,13 @@ d=$top_srcdir/testdata/detector_k2
 "$BIN" "$d/broken.onnx" --experts "$d/experts.yaml" -o "$T/s.onnx" --dispatch sparse 2>"$T/err"
 grep -q 'model.5: .*; sparse dispatch, expert FLOPs per input .* vs .* dense (0.125x)$' "$T/err" &&
 	ok "summary: sparse dispatch and FLOPs per layer" || fail "summary lacks the dispatch line: $(cat "$T/err")"
+# Linear experts count too: token_onehot's SwiGLU expert is three 16x32
+# MatMuls, 2*3*512 = 3072 FLOPs a token.
+d2=$top_srcdir/testdata/token_onehot
+"$BIN" -q "$d2/broken.onnx" --experts "$d2/experts.yaml" -o "$T/t.onnx" --report "$T/t.json" &&
+	"$node" -e "for (const l of JSON.parse(require('fs').readFileSync(process.argv[1])).models[0].layers)
+		if (l.expert_flops !== 3072) process.exit(1)" "$T/t.json" &&
+	ok "expert FLOPs of Linear experts" || fail "expert FLOPs of Linear experts: $(cat "$T/t.json")"
 expect 2 "--dispatch takes dense or sparse" -- "$BIN" "$d/broken.onnx" --experts "$d/experts.yaml" --dispatch fast
 one_line_err "--dispatch fast"
 
