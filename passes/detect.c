@@ -1521,7 +1521,10 @@ static const SpecLayer *hint_for(Ctx *c, const Spec *s, const Node *t);
 /* A router's indices that reach a NonZero or an If condition through
  * integer and boolean ops (masks scattered from them, slices of those
  * masks, comparisons) drive a data-dependent dispatch, whatever its form:
- * diagnosis must not call such a model healthy. */
+ * diagnosis must not call such a model healthy. So do indices that are
+ * sorted (argsort exports as TopK): tokens grouped by expert, as
+ * DeepSeek's moe_infer groups them, then cut into per-expert runs whose
+ * lengths a trace bakes in. */
 typedef struct {
 	Node *hit;
 } Unknown;
@@ -1533,7 +1536,7 @@ static unsigned unknown_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 	(void)v;
 	if (u->hit || slot < 0)
 		return 0;
-	if (g_is(n, "NonZero") || (g_is(n, "If") && slot == 0)) {
+	if (g_is(n, "NonZero") || ((g_is(n, "If") || g_is(n, "TopK")) && slot == 0)) {
 		u->hit = n;
 		return 0;
 	}

@@ -448,6 +448,27 @@ START_TEST(refuse_no_expert_id)
 }
 END_TEST
 
+/* DeepSeek's moe_infer: the indices sorted (argsort, a TopK of all of
+ * them) to group the rows by expert, the runs cut by lengths the trace
+ * baked in. No id comparison, and not healthy either. */
+START_TEST(refuse_sorted_indices)
+{
+	MB m;
+	B b;
+	mb_new(&m, &b, 17);
+	mb_inputs(&m, 4);
+	const char *sm = mb_op(&m, NULL, "/mlp", "Softmax", "scores", "axis=1");
+	Node *t = mb_node(&m, NULL, "/mlp", "TopK", MB_J(&m, sm, mb_int(&m, NULL, NULL, "1", "2")), 2, "axis=1");
+	const char *flat = mb_op(&m, NULL, "/mlp", "Reshape", MB_J(&m, t->output[1], mb_int(&m, NULL, NULL, "1", "-1")), "");
+	Node *sort = mb_node(&m, NULL, "/mlp", "TopK", MB_J(&m, flat, mb_int(&m, NULL, NULL, "1", "4")), 2, "axis=-1 largest=0");
+	const char *rows = mb_op(&m, NULL, "/mlp", "Gather", MB_J(&m, "x", sort->output[1]), "axis=0");
+	b_out(&b, NULL, rows, FLOAT, NULL);
+	ck_assert_int_eq(b_index(&b), 0);
+	refused(&b, "its indices reach TopK '/mlp/TopK");
+	b_free(&b);
+}
+END_TEST
+
 /* ES_MOE's export-time dense forward: the indices scatter a routing map
  * whose channels (cut by cut(), 4 experts) each multiply an expert's
  * output; the routed sum is their accumulation. */
@@ -748,6 +769,7 @@ int main(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("refusals");
 	tcase_add_test(tc, refuse_no_expert_id);
+	tcase_add_test(tc, refuse_sorted_indices);
 	tcase_add_test(tc, weight_map_whole);
 	tcase_add_test(tc, weight_map_wide_split);
 	tcase_add_test(tc, weight_map_missing_channels);
