@@ -1568,6 +1568,61 @@ static Node *unknown_dispatch(Ctx *c, Node *t)
 	return u.hit;
 }
 
+/* Whether something downstream computes with weights: a Conv, MatMul or
+ * Gemm reading a constant. Bounded; a walk cut short says no. */
+typedef struct {
+	int found;
+	size_t left;
+} Weighted;
+
+static unsigned weighted_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
+{
+	Weighted *w = ud;
+	(void)v;
+	if (w->found || !w->left)
+		return 0;
+	w->left--;
+	Graph *g = g_graph_of(c, n);
+	if ((g_is(n, "Conv") || g_is(n, "ConvTranspose") || g_is(n, "MatMul") || g_is(n, "Gemm")) && n->n_input > 1 &&
+	    slot == 0 && is_const(g, n->input[1], 0)) {
+		w->found = 1;
+		return 0;
+	}
+	return ~0u;
+}
+
+/* Top-1 routing by ArgMax (w, i = p.max(-1), Switch style) has no TopK and
+ * no form the repair knows. Its ids compared with an expert's, one at a
+ * time, and dispatched through NonZero or If to rows that weights then
+ * compute with, are the dispatch a trace cuts experts from: an error
+ * naming the ArgMax, or 0 when a is no such router. A class filter after
+ * an NMS (its kept rows compute with no weights) is not one. */
+static int argmax_router(Ctx *c, Node *a, Err *e)
+{
+	Views w = { .a = c->tmp };
+	Map reached;
+	map_init(&reached, c->tmp, 32);
+	flow_forward(c, c->g, (const char *[]){ a->output[0] }, 1, view_step, &w, &reached);
+	for (size_t i = 0; i < w.n; i++) {
+		if (!g_is(w.eq[i], "Equal"))
+			continue;
+		Unknown u = { 0 };
+		Map r;
+		map_init(&r, c->tmp, 32);
+		flow_forward(c, c->g, (const char *[]){ w.eq[i]->output[0] }, 1, unknown_step, &u, &r);
+		if (!u.hit)
+			continue;
+		Weighted wt = { .left = 4096 };
+		Map r2;
+		map_init(&r2, c->tmp, 64);
+		flow_forward(c, g_graph_of(c, u.hit), (const char *[]){ u.hit->output[0] }, 1, weighted_step, &wt, &r2);
+		if (wt.found)
+			return errf(e, "router '%s': top-1 routing by ArgMax, its ids compared with expert %lld and dispatched through %s '%s'; only TopK routers are repaired, so the layer cannot be repaired safely",
+				    topk_name(a), (long long)w.id[i], u.hit->op_type, u.hit->name ? u.hit->name : "");
+	}
+	return 0;
+}
+
 /* The weight-map form (ES_MOE's dense forward, which its exports take):
  * the indices only mask a [B,E,...] map of routing weights, and each
  * expert's output is multiplied by its own channel map[:, i:i+1]. Nothing
@@ -1948,7 +2003,8 @@ int moe_find(Ctx *c, const Spec *s, int lenient, Layer **out, size_t *n, Err *e)
 	size_t nl = 0, cap = 0;
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *t = gp->node[i];
-		if (!g_is(t, "TopK") || t->n_output < 2)
+		int argmax = g_is(t, "ArgMax") && t->n_output == 1;
+		if (!argmax && (!g_is(t, "TopK") || t->n_output < 2))
 			continue;
 		/* Doubling: grown by one, 400 layers copied 16 MB of Layers. */
 		if (nl == cap) {
@@ -1956,7 +2012,7 @@ int moe_find(Ctx *c, const Spec *s, int lenient, Layer **out, size_t *n, Err *e)
 			L = arena_grow(c->a, L, nl * sizeof *L, cap * sizeof *L);
 		}
 		const SpecLayer *h = hint_for(c, s, t);
-		int r = analyse(c, t, h, &L[nl], e);
+		int r = argmax ? argmax_router(c, t, e) : analyse(c, t, h, &L[nl], e);
 		/* A refused router under an experts.yaml entry: the line
 		 * points at the entry (by name; a name-free one has none). */
 		if (r < 0 && !lenient)

@@ -469,6 +469,40 @@ START_TEST(refuse_sorted_indices)
 }
 END_TEST
 
+/* Top-1 by ArgMax (Switch style): its id compared with an expert's and
+ * dispatched through NonZero to rows a weight computes with is refused; a
+ * class filter whose kept rows meet no weight (after an NMS) is no MoE. */
+START_TEST(refuse_argmax_router)
+{
+	for (int weighted = 0; weighted < 2; weighted++) {
+		MB m;
+		B b;
+		mb_new(&m, &b, 17);
+		mb_inputs(&m, 4);
+		b_init(&b, NULL, "w2", FLOAT, "2,2", "1,0,0,1");
+		const char *am = mb_op(&m, NULL, "/mlp", "ArgMax", "scores", "axis=1 keepdims=0");
+		const char *eq = mb_op(&m, NULL, "/mlp", "Equal", MB_J(&m, am, mb_int(&m, NULL, NULL, "", "1")), "");
+		const char *nz = mb_op(&m, NULL, "/mlp", "NonZero", eq, "");
+		const char *rows = mb_op(&m, NULL, "/mlp", "Squeeze", MB_J(&m, nz, mb_int(&m, NULL, NULL, "1", "0")), "");
+		const char *x2 = mb_op(&m, NULL, "/mlp", "Reshape", MB_J(&m, "x", mb_int(&m, NULL, NULL, "2", "2,-1")), "");
+		const char *g = mb_op(&m, NULL, "/mlp", "Gather", MB_J(&m, x2, rows), "axis=0");
+		const char *y = weighted ? mb_op(&m, NULL, "/mlp/experts.1", "MatMul", MB_J(&m, mb_op(&m, NULL, "/mlp", "Slice",
+			MB_J(&m, g, mb_int(&m, NULL, NULL, "1", "0"), mb_int(&m, NULL, NULL, "1", "2"), mb_int(&m, NULL, NULL, "1", "1")), ""), "w2"), "") : g;
+		b_out(&b, NULL, y, FLOAT, NULL);
+		ck_assert_int_eq(b_index(&b), 0);
+		if (weighted) {
+			refused(&b, "router '/mlp/ArgMax': top-1 routing by ArgMax, its ids compared with expert 1 and dispatched through NonZero");
+		} else {
+			Layer *L = NULL;
+			size_t n = 0;
+			ck_assert_int_eq(moe_find(&b.c, NULL, 0, &L, &n, &b.e), 0);
+			ck_assert_uint_eq(n, 0);
+		}
+		b_free(&b);
+	}
+}
+END_TEST
+
 /* ES_MOE's export-time dense forward: the indices scatter a routing map
  * whose channels (cut by cut(), 4 experts) each multiply an expert's
  * output; the routed sum is their accumulation. */
@@ -770,6 +804,7 @@ int main(void)
 	tc = tcase_create("refusals");
 	tcase_add_test(tc, refuse_no_expert_id);
 	tcase_add_test(tc, refuse_sorted_indices);
+	tcase_add_test(tc, refuse_argmax_router);
 	tcase_add_test(tc, weight_map_whole);
 	tcase_add_test(tc, weight_map_wide_split);
 	tcase_add_test(tc, weight_map_missing_channels);
