@@ -194,7 +194,7 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 		}
 	}
 
-	/* [B,E,...] stack, then per slot: GatherElements, weight, sum. */
+	/* [B,E,...] stack, then the k slots' GatherElements, weights, sum. */
 	Emit m;
 	emit_init(&m, c, arena_printf(c->a, "/%s%sdense/", L->spec->scope, *L->spec->scope ? "/" : ""));
 	const char **u = arena_alloc(c->tmp, (size_t)E * sizeof *u);
@@ -220,13 +220,43 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	} else {
 		shape = emit(&m, "Shape", &u[0], 1);
 	}
-	const char *idx_shape = onehot ? NULL : emit_ones_shape(&m, L->rank + 1), *w_shape = emit_ones_shape(&m, L->rank);
+	/* Slot by slot (below opset 11, or routing per position) only. */
+	int per_slot = onehot || L->permap;
+	const char *idx_shape = per_slot && !onehot ? emit_ones_shape(&m, L->rank + 1) : NULL;
+	const char *w_shape = per_slot ? emit_ones_shape(&m, L->rank) : NULL;
 	/* A condition the dispatch added to the id match (a weight threshold)
 	 * drops the slot it fails: the dense sum zeroes its weight. */
 	const char *weights = L->weights;
 	if (L->wmask)
 		weights = emit_masked(&m, weights, L->wmask);
 	const char *sum = NULL;
+	if (!per_slot) {
+		/* All k slots in one pick: [B,k,1...] ids expanded over the
+		 * expert output, one GatherElements from the stack, times the
+		 * [B,k,1...] weights, summed over the slots. Per slot it was
+		 * seven nodes and an Add each, which ONNX Runtime pays for by
+		 * node on small layers. */
+		int64_t sh[17] = { 0, -1 };
+		for (int d = 2; d <= L->rank; d++)
+			sh[d] = 1;
+		const char *bk = emit_i64(&m, "slots_shape", sh, (size_t)L->rank + 1, 0);
+		const char *r1[] = { L->indices, bk }, *r2[] = { weights, bk };
+		const char *x1[] = { emit(&m, "Reshape", r1, 2), shape };
+		const char *g1[] = { stack, emit(&m, "Expand", x1, 2) };
+		const char *ge = emit(&m, "GatherElements", g1, 2);
+		g_set_attr_i(c, emit_last(&m), "axis", 1);
+		const char *wr = emit(&m, "Reshape", r2, 2);
+		if (L->wcast) {
+			wr = emit(&m, "Cast", &wr, 1);
+			g_set_attr_i(c, emit_last(&m), "to", L->wcast);
+		}
+		const char *m1[] = { ge, wr };
+		/* One slot: a Squeeze, not a pass over the data to sum one term. */
+		sum = emit_axis1(&m, k == 1 ? "Squeeze" : "ReduceSum", emit(&m, "Mul", m1, 2));
+		if (k > 1)
+			g_set_attr_i(c, emit_last(&m), "keepdims", 0);
+		k = 0;
+	}
 	for (int j = 0; j < k; j++) {
 		int64_t jj = j;
 		const char *slot =

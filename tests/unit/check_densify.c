@@ -1,9 +1,10 @@
 /* Densify (passes/densify.c): moe_densify on a detected traced layer
  * (tests/unit/moebuild.h; experts 0 and 2 of 4 present, top-2, the
  * checkpoint in memory), asserting the static dense form it emits per
- * opset: every expert on the full input, a Concat stack, per slot a
- * GatherElements of the stack at the slot's expert id times the slot's
- * weight, and the sum taking over the routed sum's name; missing experts
+ * opset: every expert on the full input, a Concat stack, one
+ * GatherElements of the stack at the k slots' expert ids times their
+ * weights, summed over the slots, the sum taking over the routed sum's
+ * name; missing experts
  * cloned under their module paths; the old dispatch dead after DCE. */
 #include <check.h>
 
@@ -139,19 +140,36 @@ static const char *old_out(const Dx *f, int id)
 	return NULL;
 }
 
-/* The emitted dense form, slot by slot; weights: the [B,k] weights the
- * slots read (L->weights, or its wmask product). */
+/* The int64 initializer v, n values. */
+static void consts(B *b, const char *v, const int64_t *want, size_t n)
+{
+	const Tensor *t = NULL;
+	for (size_t i = 0; i < b->m->graph->n_initializer; i++)
+		if (strcmp(b->m->graph->initializer[i]->name, v) == 0)
+			t = b->m->graph->initializer[i];
+	ck_assert_ptr_nonnull(t);
+	size_t nb;
+	const void *p = g_tensor_data(t, &nb);
+	ck_assert_uint_eq(nb, 8 * n);
+	ck_assert_int_eq(memcmp(p, want, nb), 0);
+}
+
+/* The emitted dense form, the k slots in one pick; weights: the [B,k]
+ * weights they read (L->weights, or its wmask product). */
 static void dense_form(Dx *f, const char *weights)
 {
 	B *b = &f->b;
-	int E = 4, k = 2;
+	int E = 4;
+	static const int64_t bk1[] = { 0, -1, 1, 1, 1 }; /* [B,k] -> [B,k,1,1,1] */
 	ck_assert_int_eq(mb_count(b, DENSE, "Unsqueeze"), E);
 	ck_assert_int_eq(mb_count(b, DENSE, "Concat"), 1);
-	ck_assert_int_eq(mb_count(b, DENSE, "GatherElements"), k);
-	ck_assert_int_eq(mb_count(b, DENSE, "Squeeze"), k);
-	ck_assert_int_eq(mb_count(b, DENSE, "Gather"), 2 * k);
-	ck_assert_int_eq(mb_count(b, DENSE, "Reshape"), 2 * k);
-	ck_assert_int_eq(mb_count(b, DENSE, "Cast"), f->o.cast ? k : f->o.wmask && b->c.opset < 15);
+	ck_assert_int_eq(mb_count(b, DENSE, "GatherElements"), 1);
+	ck_assert_int_eq(mb_count(b, DENSE, "ReduceSum"), 1);
+	ck_assert_int_eq(mb_count(b, DENSE, "Squeeze"), 0);
+	ck_assert_int_eq(mb_count(b, DENSE, "Gather"), 0);
+	ck_assert_int_eq(mb_count(b, DENSE, "Add"), 0);
+	ck_assert_int_eq(mb_count(b, DENSE, "Reshape"), 2);
+	ck_assert_int_eq(mb_count(b, DENSE, "Cast"), f->o.cast ? 1 : f->o.wmask && b->c.opset < 15);
 	/* The stack: expert id's output, unsqueezed at 1, is input id. */
 	Node *cat = nth(b, "Concat", 0);
 	ck_assert_int_eq(g_attr_i(cat, "axis", -1), 1);
@@ -172,42 +190,37 @@ static void dense_form(Dx *f, const char *weights)
 			ck_assert_str_eq(last->name, arena_printf(b->a, want, id));
 		}
 	}
-	for (int j = 0; j < k; j++) {
-		/* GatherElements(stack, Expand(Reshape(Gather(indices, j, axis 1)))) */
-		Node *ge = nth(b, "GatherElements", j);
-		ck_assert_int_eq(g_attr_i(ge, "axis", -1), 1);
-		ck_assert_str_eq(ge->input[0], cat->output[0]);
-		Node *ex = def(b, ge->input[1]);
-		ck_assert_str_eq(ex->op_type, "Expand");
-		Node *rs = def(b, ex->input[0]);
-		ck_assert_str_eq(rs->op_type, "Reshape");
-		Node *gi = def(b, rs->input[0]);
-		ck_assert_str_eq(gi->op_type, "Gather");
-		ck_assert_int_eq(g_attr_i(gi, "axis", -1), 1);
-		ck_assert_str_eq(gi->input[0], f->L->indices);
-		ck_assert_int_eq(const1(b, gi->input[1]), j);
-		/* times Reshape(Gather(weights, j, axis 1)), cast when the dispatch did */
-		Node *sq = use(b, ge->output[0], "Squeeze");
-		axis1(f, sq);
-		Node *mul = use(b, sq->output[0], "Mul");
-		Node *w = def(b, mul->input[1]);
-		if (f->o.cast) {
-			ck_assert_str_eq(w->op_type, "Cast");
-			ck_assert_int_eq(g_attr_i(w, "to", 0), FLOAT);
-			w = def(b, w->input[0]);
-		}
-		ck_assert_str_eq(w->op_type, "Reshape");
-		Node *gw = def(b, w->input[0]);
-		ck_assert_str_eq(gw->op_type, "Gather");
-		ck_assert_int_eq(g_attr_i(gw, "axis", -1), 1);
-		ck_assert_str_eq(gw->input[0], weights);
-		ck_assert_int_eq(const1(b, gw->input[1]), j);
+	/* GatherElements(stack, Expand(Reshape(indices, [0,-1,1,1,1]), Shape(one
+	 * expert's [B,1,C,H,W]))): the k chosen outputs, [B,k,C,H,W]. */
+	Node *ge = nth(b, "GatherElements", 0);
+	ck_assert_int_eq(g_attr_i(ge, "axis", -1), 1);
+	ck_assert_str_eq(ge->input[0], cat->output[0]);
+	Node *ex = def(b, ge->input[1]);
+	ck_assert_str_eq(ex->op_type, "Expand");
+	ck_assert_str_eq(def(b, ex->input[1])->op_type, "Shape");
+	Node *rs = def(b, ex->input[0]);
+	ck_assert_str_eq(rs->op_type, "Reshape");
+	ck_assert_str_eq(rs->input[0], f->L->indices);
+	consts(b, rs->input[1], bk1, 5);
+	/* times Reshape(weights, [0,-1,1,1,1]), cast when the dispatch did */
+	Node *mul = use(b, ge->output[0], "Mul");
+	Node *w = def(b, mul->input[1]);
+	if (f->o.cast) {
+		ck_assert_str_eq(w->op_type, "Cast");
+		ck_assert_int_eq(g_attr_i(w, "to", 0), FLOAT);
+		w = def(b, w->input[0]);
 	}
-	/* The sum over the slots takes over the routed sum's name; the old
-	 * producer keeps computing under another, until DCE. */
+	ck_assert_str_eq(w->op_type, "Reshape");
+	ck_assert_str_eq(w->input[0], weights);
+	consts(b, w->input[1], bk1, 5);
+	/* The sum over the slots (axis 1) takes over the routed sum's name;
+	 * the old producer keeps computing under another, until DCE. */
 	Node *sum = def(b, f->r.combined);
-	ck_assert_str_eq(sum->op_type, "Add");
-	ck_assert_str_eq(sum->name, DENSE "Add");
+	ck_assert_str_eq(sum->op_type, "ReduceSum");
+	ck_assert_str_eq(sum->name, DENSE "ReduceSum");
+	ck_assert_str_eq(sum->input[0], mul->output[0]);
+	ck_assert_int_eq(g_attr_i(sum, "keepdims", 1), 0);
+	axis1(f, sum);
 	ck_assert_ptr_eq(sum, b->m->graph->node[b->m->graph->n_node - 1]);
 	ck_assert_ptr_eq(use(b, f->r.combined, "Relu"), named(b, "Relu_y"));
 	ck_assert_str_eq(def(b, arena_printf(b->a, "%s_sparse", f->r.combined))->op_type, "Add");
