@@ -16,6 +16,15 @@ static Layer *find1(B *b, int lenient)
 	return L;
 }
 
+/* moe_find must find no layer. */
+static void none_found(B *b, int lenient)
+{
+	Layer *L = NULL;
+	size_t n = 1;
+	ck_assert_int_eq(moe_find(&b->c, NULL, lenient, &L, &n, &b->e), 0);
+	ck_assert_uint_eq(n, 0);
+}
+
 /* moe_find must refuse, saying want. */
 static void refused(B *b, const char *want)
 {
@@ -493,10 +502,7 @@ START_TEST(refuse_argmax_router)
 		if (weighted) {
 			refused(&b, "router '/mlp/ArgMax': top-1 routing by ArgMax, its ids compared with expert 1 and dispatched through NonZero");
 		} else {
-			Layer *L = NULL;
-			size_t n = 0;
-			ck_assert_int_eq(moe_find(&b.c, NULL, 0, &L, &n, &b.e), 0);
-			ck_assert_uint_eq(n, 0);
+			none_found(&b, 0);
 		}
 		b_free(&b);
 	}
@@ -580,10 +586,7 @@ START_TEST(weight_map_wide_split)
 		MB m;
 		B b;
 		build_wmap(&m, &b, cut[i]);
-		Layer *L = NULL;
-		size_t n = 1;
-		ck_assert_int_eq(moe_find(&b.c, NULL, 1, &L, &n, &b.e), 0);
-		ck_assert_uint_eq(n, 0);
+		none_found(&b, 1);
 		b_free(&b);
 	}
 }
