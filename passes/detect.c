@@ -1559,12 +1559,13 @@ static unsigned unknown_step(void *ud, Ctx *c, Node *n, int slot, const char *v)
 	return moves(n, slot, g) ? ~0u : 0;
 }
 
-static Node *unknown_dispatch(Ctx *c, Node *t)
+/* The NonZero, If or sort that the values derived from v reach first. */
+static Node *unknown_dispatch(Ctx *c, const char *v)
 {
 	Unknown u = { 0 };
 	Map r;
 	map_init(&r, c->tmp, 32);
-	flow_forward(c, c->g, (const char *[]){ t->output[1] }, 1, unknown_step, &u, &r);
+	flow_forward(c, c->g, &v, 1, unknown_step, &u, &r);
 	return u.hit;
 }
 
@@ -1606,19 +1607,16 @@ static int argmax_router(Ctx *c, Node *a, Err *e)
 	for (size_t i = 0; i < w.n; i++) {
 		if (!g_is(w.eq[i], "Equal"))
 			continue;
-		Unknown u = { 0 };
-		Map r;
-		map_init(&r, c->tmp, 32);
-		flow_forward(c, c->g, (const char *[]){ w.eq[i]->output[0] }, 1, unknown_step, &u, &r);
-		if (!u.hit)
+		Node *hit = unknown_dispatch(c, w.eq[i]->output[0]);
+		if (!hit)
 			continue;
 		Weighted wt = { .left = 4096 };
-		Map r2;
-		map_init(&r2, c->tmp, 64);
-		flow_forward(c, g_graph_of(c, u.hit), (const char *[]){ u.hit->output[0] }, 1, weighted_step, &wt, &r2);
+		Map r;
+		map_init(&r, c->tmp, 64);
+		flow_forward(c, g_graph_of(c, hit), (const char *[]){ hit->output[0] }, 1, weighted_step, &wt, &r);
 		if (wt.found)
 			return errf(e, "router '%s': top-1 routing by ArgMax, its ids compared with expert %lld and dispatched through %s '%s'; only TopK routers are repaired, so the layer cannot be repaired safely",
-				    topk_name(a), (long long)w.id[i], u.hit->op_type, u.hit->name ? u.hit->name : "");
+				    topk_name(a), (long long)w.id[i], hit->op_type, hit->name ? hit->name : "");
 	}
 	return 0;
 }
@@ -1899,7 +1897,7 @@ static int analyse(Ctx *c, Node *t, const SpecLayer *hint, Layer *L, Err *e)
 	flow_forward(c, c->g, (const char *[]){ t->output[1] }, 1, view_step, &w, &reached);
 	if (!w.n) {
 		if (!w.dense && !w.sparse) {
-			Node *hit = unknown_dispatch(c, t);
+			Node *hit = unknown_dispatch(c, t->output[1]);
 			if (hit)
 				return errf(e, "router '%s': its indices reach %s '%s' through a dispatch no known form has (no comparison with expert ids; e.g. ES_MOE's per-pixel routing map); the layer cannot be repaired safely",
 					    L->scope, hit->op_type, hit->name ? hit->name : "");
