@@ -197,6 +197,19 @@ static void flush(AFile *f)
 	writeback(f);
 }
 
+/* ext4's delayed allocation otherwise reserves and maps blocks page by
+ * page as writes arrive: 337 MiB in 2 MiB writes took 0.086-0.101 s, and
+ * 0.057-0.069 s after one fallocate (six alternating runs each; fsync'ed,
+ * the same). The size is kept, so a failed or killed write leaves no
+ * zeros past what it wrote. Errors are the writes' to report: a file
+ * system without fallocate takes no hint, a full disk fails the writes
+ * as before. */
+void afile_reserve(AFile *f, unsigned long long n)
+{
+	if (f->fd >= 0 && f->fd != STDOUT_FILENO && n > f->written)
+		(void)fallocate(f->fd, FALLOC_FL_KEEP_SIZE, (off_t)f->written, (off_t)(n - f->written));
+}
+
 void afile_write(AFile *f, const void *p, size_t n)
 {
 	/* An empty tensor's raw_data is (NULL, 0): memcpy from NULL is

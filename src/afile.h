@@ -36,6 +36,9 @@ int afile_open(AFile *f, const char *path, int flags, Err *e);
 /* Whether afile_open would succeed on path, by opening and aborting: a
  * run checks its outputs before the work, not after. */
 int afile_check(const char *path, Err *e);
+/* The size the file will have, as a hint: blocks are allocated up front
+ * where the file system can (fallocate, size kept), else nothing. */
+void afile_reserve(AFile *f, unsigned long long n);
 /* Buffered; on failure remembers errno and drops further writes, so a
  * caller streaming through callbacks checks once, at commit. */
 void afile_write(AFile *f, const void *p, size_t n);

@@ -1494,6 +1494,7 @@ static int save_planned(Model *md, const Plan *p, const char *out, int flags, Er
 		return -1;
 	s.what = arena_printf(md->a, "writing %s", out);
 	s.total = n;
+	afile_reserve(&f, n);
 	pack(md, p, &s.base);
 	sink_end(&s);
 	if (s.failed) {
@@ -1650,6 +1651,11 @@ static int save_with_data(Model *md, const char *out, const char *data, const ch
 		return -1;
 	static const unsigned char zero[EXT_ALIGN];
 	size_t nmoved = 0;
+	unsigned long long end = 0;
+	for (size_t i = 0; i < g->n_initializer; i++)
+		if (moves_out(g->initializer[i]))
+			end = (end + EXT_ALIGN - 1) / EXT_ALIGN * EXT_ALIGN + g->initializer[i]->raw_data.len;
+	afile_reserve(&f, end);
 	for (size_t i = 0; i < g->n_initializer; i++) {
 		Onnx__TensorProto *t = g->initializer[i];
 		if (!moves_out(t))

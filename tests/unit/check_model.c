@@ -372,6 +372,30 @@ START_TEST(afile_abort_and_mode)
 }
 END_TEST
 
+/* A reservation is a hint: the file ends where the writes did (a write
+ * that falls short of the plan leaves no zeros past it). */
+START_TEST(afile_reserve_keeps_size)
+{
+	Arena *a = arena_new();
+	AFile f;
+	Err e;
+	ck_assert_int_eq(afile_open(&f, at(a, "r.bin"), 0, &e), 0);
+	afile_write(&f, "ab", 2);
+	afile_reserve(&f, 8 << 20);
+	size_t big = AFILE_BUF + 5, n;
+	char *p = arena_alloc(a, big);
+	memset(p, 'r', big);
+	afile_write(&f, p, big);
+	ck_assert_int_eq(afile_commit(&f, &e), 0);
+	unsigned char *q = get(a, at(a, "r.bin"), &n);
+	ck_assert_uint_eq(n, big + 2);
+	ck_assert_mem_eq(q, "abrr", 4);
+	ck_assert_int_eq(q[n - 1], 'r');
+	unlink(at(a, "r.bin"));
+	arena_free(a);
+}
+END_TEST
+
 /* What the SIGBUS handler removes (afile_drop_all): the named temporary
  * of a file still open, not a file committed before, nor its target. */
 START_TEST(afile_drop_all_removes_temporaries)
@@ -708,6 +732,7 @@ int main(void)
 	tcase_add_loop_test(tc, later_filled_at_save, 0, 4);
 	tcase_add_test(tc, later_read_early);
 	tcase_add_loop_test(tc, afile_abort_and_mode, 0, 2);
+	tcase_add_test(tc, afile_reserve_keeps_size);
 	tcase_add_test(tc, afile_drop_all_removes_temporaries);
 	tcase_add_test(tc, json_escapes);
 	tcase_add_test(tc, report_json_shape);
