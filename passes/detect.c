@@ -2030,6 +2030,16 @@ int moe_find(Ctx *c, const Spec *s, int lenient, Layer **out, size_t *n, Err *e)
 		nl += (size_t)r;
 		arena_reset(c->tmp);
 	}
+	/* A layer named without experts is its router's parent, unless the
+	 * router is the layer's own node; names cannot tell which when that
+	 * parent is the root (/moe0/TopK). Two layers named the root are two
+	 * layers, not the model: each is then its router's module. */
+	size_t roots = 0;
+	for (size_t i = 0; i < nl; i++)
+		roots += L[i].module && !*L[i].module;
+	for (size_t i = 0; i < nl && roots > 1; i++)
+		if (L[i].module && !*L[i].module && !L[i].nex && L[i].topmodule && *L[i].topmodule)
+			L[i].module = L[i].topmodule;
 	*out = L;
 	*n = nl;
 	return 0;

@@ -405,6 +405,41 @@ START_TEST(dense_form)
 }
 END_TEST
 
+/* A dense layer whose router is its own node (/moe0/TopK) is named by
+ * the router's parent, the root, as a MoE exported alone is; two such
+ * layers in one model are two layers, each named by its own module. */
+START_TEST(names_dense_own_router)
+{
+	for (int nl = 1; nl <= 2; nl++) {
+		MB m;
+		B b;
+		mb_new(&m, &b, 17);
+		mb_inputs(&m, 4);
+		for (int i = 0; i < nl; i++) {
+			const char *scope = i ? "/moe1" : "/moe0", *stack = i ? "stack1" : "stack0";
+			b_in(&b, NULL, stack, FLOAT, "2,4,2,2,2");
+			const char *sm = mb_op(&m, NULL, scope, "Softmax", "scores", "axis=1");
+			Node *t = mb_node(&m, NULL, scope, "TopK", MB_J(&m, sm, mb_int(&m, NULL, NULL, "1", "2")), 2, "axis=1");
+			const char *ij = mb_op(&m, NULL, scope, "Gather", MB_J(&m, t->output[1], mb_int(&m, NULL, NULL, "", "0")), "axis=1");
+			const char *ir = mb_op(&m, NULL, scope, "Reshape", MB_J(&m, ij, mb_int(&m, NULL, NULL, "5", "-1,1,1,1,1")), "");
+			const char *ie = mb_op(&m, NULL, scope, "Expand", MB_J(&m, ir, mb_int(&m, NULL, NULL, "5", "2,1,2,2,2")), "");
+			b_out(&b, NULL, mb_op(&m, NULL, scope, "GatherElements", MB_J(&m, stack, ie), "axis=1"), FLOAT, NULL);
+		}
+		ck_assert_int_eq(b_index(&b), 0);
+		Layer *L = NULL;
+		size_t n = 0;
+		ck_assert_msg(moe_find(&b.c, NULL, 0, &L, &n, &b.e) == 0, "moe_find: %s", b.e.msg);
+		ck_assert_uint_eq(n, (size_t)nl);
+		for (int i = 0; i < nl; i++) {
+			ck_assert_int_eq(L[i].form, FORM_DENSE);
+			ck_assert_str_eq(L[i].topmodule, i ? "moe1" : "moe0");
+			ck_assert_str_eq(L[i].module, nl == 1 ? "" : L[i].topmodule);
+		}
+		b_free(&b);
+	}
+}
+END_TEST
+
 /* A gated fusion after the routed sum (YOLO-Master's cross gate): the
  * fused value adds a static path to the routed sum; only the accumulation
  * of exactly the weighted expert outputs is the routed sum. */
@@ -802,6 +837,7 @@ int main(void)
 	tcase_add_test(tc, masksum_scripted);
 	tcase_add_test(tc, rows_in_if_bodies);
 	tcase_add_test(tc, dense_form);
+	tcase_add_test(tc, names_dense_own_router);
 	tcase_add_test(tc, gated_fusion);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("refusals");
