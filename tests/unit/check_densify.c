@@ -164,10 +164,11 @@ static void dense_form(Dx *f, const char *weights)
 	ck_assert_int_eq(mb_count(b, DENSE, "Unsqueeze"), E);
 	ck_assert_int_eq(mb_count(b, DENSE, "Concat"), 1);
 	ck_assert_int_eq(mb_count(b, DENSE, "GatherElements"), 1);
-	ck_assert_int_eq(mb_count(b, DENSE, "ReduceSum"), 1);
+	ck_assert_int_eq(mb_count(b, DENSE, "ReduceSum"), 0);
 	ck_assert_int_eq(mb_count(b, DENSE, "Squeeze"), 0);
-	ck_assert_int_eq(mb_count(b, DENSE, "Gather"), 0);
-	ck_assert_int_eq(mb_count(b, DENSE, "Add"), 0);
+	ck_assert_int_eq(mb_count(b, DENSE, "Gather"), 2 * f->o.k);
+	ck_assert_int_eq(mb_count(b, DENSE, "Mul"), f->o.k + (f->o.wmask ? 1 : 0));
+	ck_assert_int_eq(mb_count(b, DENSE, "Add"), f->o.k - 1);
 	ck_assert_int_eq(mb_count(b, DENSE, "Reshape"), 2);
 	ck_assert_int_eq(mb_count(b, DENSE, "Cast"), f->o.cast ? 1 : f->o.wmask && b->c.opset < 15);
 	/* The stack: expert id's output, unsqueezed at 1, is input id. */
@@ -202,9 +203,21 @@ static void dense_form(Dx *f, const char *weights)
 	ck_assert_str_eq(rs->op_type, "Reshape");
 	ck_assert_str_eq(rs->input[0], f->L->indices);
 	consts(b, rs->input[1], bk1, 5);
-	/* times Reshape(weights, [0,-1,1,1,1]), cast when the dispatch did */
-	Node *mul = use(b, ge->output[0], "Mul");
-	Node *w = def(b, mul->input[1]);
+	/* Slot j: Gather(picks, j) times Gather(Reshape(weights, [0,-1,1,1,1]), j)
+	 * (cast when the dispatch did), along axis 1. */
+	Node *mul = NULL, *w = NULL;
+	for (int j = 0; j < f->o.k; j++) {
+		Node *gp = def(b, arena_printf(b->a, DENSE "Gather%s_output_0", j ? arena_printf(b->a, "_%d", 2 * j) : ""));
+		ck_assert_str_eq(gp->input[0], ge->output[0]);
+		ck_assert_int_eq(g_attr_i(gp, "axis", -1), 1);
+		consts(b, gp->input[1], (int64_t[]){ j }, 1);
+		mul = use(b, gp->output[0], "Mul");
+		Node *gw = def(b, mul->input[1]);
+		ck_assert_str_eq(gw->op_type, "Gather");
+		ck_assert_int_eq(g_attr_i(gw, "axis", -1), 1);
+		ck_assert_str_eq(gw->input[1], gp->input[1]);
+		ck_assert_ptr_nonnull(w = def(b, gw->input[0]));
+	}
 	if (f->o.cast) {
 		ck_assert_str_eq(w->op_type, "Cast");
 		ck_assert_int_eq(g_attr_i(w, "to", 0), FLOAT);
@@ -213,14 +226,13 @@ static void dense_form(Dx *f, const char *weights)
 	ck_assert_str_eq(w->op_type, "Reshape");
 	ck_assert_str_eq(w->input[0], weights);
 	consts(b, w->input[1], bk1, 5);
-	/* The sum over the slots (axis 1) takes over the routed sum's name;
-	 * the old producer keeps computing under another, until DCE. */
+	/* The products added (the last slot's last) take over the routed
+	 * sum's name; the old producer keeps computing under another, until
+	 * DCE. */
 	Node *sum = def(b, f->r.combined);
-	ck_assert_str_eq(sum->op_type, "ReduceSum");
-	ck_assert_str_eq(sum->name, DENSE "ReduceSum");
-	ck_assert_str_eq(sum->input[0], mul->output[0]);
-	ck_assert_int_eq(g_attr_i(sum, "keepdims", 1), 0);
-	axis1(f, sum);
+	ck_assert_str_eq(sum->op_type, "Add");
+	ck_assert_str_eq(sum->input[1], mul->output[0]);
+	ck_assert_str_eq(def(b, sum->input[0])->op_type, "Mul");
 	ck_assert_ptr_eq(sum, b->m->graph->node[b->m->graph->n_node - 1]);
 	ck_assert_ptr_eq(use(b, f->r.combined, "Relu"), named(b, "Relu_y"));
 	ck_assert_str_eq(def(b, arena_printf(b->a, "%s_sparse", f->r.combined))->op_type, "Add");
