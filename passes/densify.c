@@ -263,7 +263,7 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 		if (k > 1 && L->rank >= 4) {
 			for (int j = 0; j < k; j++) {
 				int64_t jj = j;
-				const char *slot = g_add_init_i64(c, c->g, arena_printf(c->a, "%sslot_%d", m.pfx, j), &jj, 1, 1)->name;
+				const char *slot = emit_i64(&m, arena_printf(c->a, "slot_%d", j), &jj, 1, 1);
 				const char *m1[] = { emit_gather(&m, ge, slot, 1), emit_gather(&m, wr, slot, 1) };
 				const char *t = emit(&m, "Mul", m1, 2);
 				const char *a1[] = { sum, t };
@@ -279,8 +279,7 @@ int moe_densify(Ctx *c, Layer *L, WSrc *w, LayerReport *lr, Err *e)
 	}
 	for (int j = 0; j < k; j++) {
 		int64_t jj = j;
-		const char *slot =
-			g_add_init_i64(c, c->g, arena_printf(c->a, "%sslot_%d", m.pfx, j), &jj, 1, 1)->name;
+		const char *slot = emit_i64(&m, arena_printf(c->a, "slot_%d", j), &jj, 1, 1);
 		const char *ij = emit_gather(&m, L->indices, slot, 1), *ir, *sq;
 		if (onehot) {
 			/* [B] -> [B,1...] or [B,S...] -> [B,1,S...]; OneHot then

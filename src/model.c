@@ -1516,6 +1516,12 @@ static int save_planned(Model *md, const Plan *p, const char *out, int flags, Er
 
 enum { EXT_ALIGN = 4096, EXT_MIN = 1024 };
 
+/* Where the next tensor of the data file starts, written bytes in. */
+static unsigned long long ext_aligned(unsigned long long written)
+{
+	return (written + EXT_ALIGN - 1) / EXT_ALIGN * EXT_ALIGN;
+}
+
 static const char *base_name(const char *p)
 {
 	const char *s = strrchr(p, '/');
@@ -1654,13 +1660,13 @@ static int save_with_data(Model *md, const char *out, const char *data, const ch
 	unsigned long long end = 0;
 	for (size_t i = 0; i < g->n_initializer; i++)
 		if (moves_out(g->initializer[i]))
-			end = (end + EXT_ALIGN - 1) / EXT_ALIGN * EXT_ALIGN + g->initializer[i]->raw_data.len;
+			end = ext_aligned(end) + g->initializer[i]->raw_data.len;
 	afile_reserve(&f, end);
 	for (size_t i = 0; i < g->n_initializer; i++) {
 		Onnx__TensorProto *t = g->initializer[i];
 		if (!moves_out(t))
 			continue;
-		unsigned long long off = (f.written + EXT_ALIGN - 1) / EXT_ALIGN * EXT_ALIGN;
+		unsigned long long off = ext_aligned(f.written);
 		afile_write(&f, zero, (size_t)(off - f.written));
 		put(&s, t->raw_data.data, t->raw_data.len);
 		if (s.failed)
