@@ -232,6 +232,45 @@ void afile_write(AFile *f, const void *p, size_t n)
 	f->nbuf += n;
 }
 
+int afile_copy(AFile *f, int fd, off_t off, size_t n)
+{
+	if (f->err || !n)
+		return 0;
+	flush(f);
+	if (f->err)
+		return 0;
+	f->written += n;
+	/* The kernel copies page cache to page cache (or shares the extents,
+	 * a reflink, where the file system can): no pass through user space,
+	 * where each first touch of a mapped page traps to the host here. */
+	while (n) {
+		ssize_t r;
+		if (!f->readcopy) {
+			r = copy_file_range(fd, &off, f->fd, NULL, n, 0);
+			if (r < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+				f->readcopy = 1; /* across file systems, or no such call */
+				continue;
+			}
+		} else {
+			r = pread(fd, f->buf, n < AFILE_BUF ? n : AFILE_BUF, off);
+			if (r > 0 && (f->err = write_all(f->fd, f->buf, (size_t)r)))
+				return 0;
+			off += r > 0 ? r : 0;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			f->err = errno;
+			return 0;
+		}
+		if (r == 0)
+			return -1;
+		n -= (size_t)r;
+	}
+	writeback(f);
+	return 0;
+}
+
 /* Gives the unnamed inode a temporary name in the folder; rename then
  * replaces the target atomically (linkat cannot replace). */
 static int name_tmpfile(AFile *f, Err *e)

@@ -24,6 +24,7 @@ typedef struct {
 	unsigned long long written;
 	unsigned long long wbdone; /* bytes handed to write-back (sync_file_range) */
 	int nosync;        /* set after open: no fsync at commit (the rename stays atomic) */
+	int readcopy;      /* afile_copy reads and writes: the kernel would not copy */
 } AFile;
 
 enum {
@@ -42,6 +43,10 @@ void afile_reserve(AFile *f, unsigned long long n);
 /* Buffered; on failure remembers errno and drops further writes, so a
  * caller streaming through callbacks checks once, at commit. */
 void afile_write(AFile *f, const void *p, size_t n);
+/* n bytes of the file fd from offset off, appended. -1 when fd ends
+ * before them (changed under us); a failed write is sticky in f->err, as
+ * afile_write's, and reported by afile_commit. */
+int afile_copy(AFile *f, int fd, off_t off, size_t n);
 /* Flush, fsync, name, rename, fsync the folder. On error the temporary is
  * removed and the target untouched. Closes f either way. */
 int afile_commit(AFile *f, Err *e);

@@ -56,8 +56,10 @@ static const char usage[] =
 	"  --external-data FILE  write the initializers' inline data (>= 1 KiB: the\n"
 	"                    new experts' weights) to FILE, named relative to the\n"
 	"                    output's folder, at 4 KiB-aligned offsets; external data\n"
-	"                    of the input stays where it is, referenced. Automatic\n"
-	"                    (OUT.onnx.data) when the output would pass 2 GiB\n"
+	"                    of the input stays where it is, referenced, where the\n"
+	"                    output's folder has it, else is copied there too.\n"
+	"                    Automatic (OUT.onnx.data) when the output would pass\n"
+	"                    2 GiB or needs a copy of the input's external data\n"
 	"  --dispatch FORM   dense (default): every expert runs, the top-k are picked;\n"
 	"                    sparse: only the top-k experts run (gathered weights,\n"
 	"                    grouped Conv); layers it cannot express stay dense\n"
@@ -594,6 +596,9 @@ done:
 		else
 			fprintf(stderr, "%s: nothing needs repair%s\n", in,
 			        spec || r.nlayer ? "" : " (no MoE router found)");
+		if (rc != 2 && mode == RUN_REPAIR && md.copied_to)
+			fprintf(stderr, "%s: %zu external tensors (%.1f MiB) copied into %s: the output's folder lacks the input's data files\n",
+			        in, md.ncopied, md.copied / 1048576.0, md.copied_to);
 		if (g->verbose && rc != 2)
 			fprintf(stderr, "%s: %zu bytes, %d external tensors; load %.3f s, passes %.3f s, save %.3f s; arena %.1f MiB\n",
 			        in, md.size, md.next, t1 - t0, t2 - t1, t3 - t2, arena_used(a) / 1048576.0);

@@ -35,6 +35,8 @@ typedef struct {
 	const unsigned char *base;
 	size_t len;
 	int mapped;
+	int copy;   /* the output's folder lacks it: the save copies its tensors out */
+	int copied; /* and has: no tensor references it any more */
 } ExtFile;
 
 /* --- wire-format scan ---------------------------------------------------
@@ -394,76 +396,77 @@ static int ext_check(Model *md, const Onnx__TensorProto *t, Err *e)
 
 /* Every TensorProto of the model, wherever it hides (attributes, sparse
  * tensors, subgraphs, functions, training info). */
-typedef int (*TensorFn)(Model *, const Onnx__TensorProto *, Err *);
+typedef int (*TensorFn)(Model *, Onnx__TensorProto *, void *ud, Err *);
 
-static int walk_graph(Model *md, const Onnx__GraphProto *g, TensorFn fn, Err *e);
+static int walk_graph(Model *md, const Onnx__GraphProto *g, TensorFn fn, void *ud, Err *e);
 
-static int walk_sparse(Model *md, const Onnx__SparseTensorProto *s, TensorFn fn, Err *e)
+static int walk_sparse(Model *md, const Onnx__SparseTensorProto *s, TensorFn fn, void *ud, Err *e)
 {
 	if (!s)
 		return 0;
-	if (s->values && fn(md, s->values, e) < 0)
+	if (s->values && fn(md, s->values, ud, e) < 0)
 		return -1;
-	if (s->indices && fn(md, s->indices, e) < 0)
+	if (s->indices && fn(md, s->indices, ud, e) < 0)
 		return -1;
 	return 0;
 }
 
-static int walk_nodes(Model *md, Onnx__NodeProto **node, size_t n, TensorFn fn, Err *e)
+static int walk_nodes(Model *md, Onnx__NodeProto **node, size_t n, TensorFn fn, void *ud, Err *e)
 {
 	for (size_t i = 0; i < n; i++)
 		for (size_t j = 0; j < node[i]->n_attribute; j++) {
 			const Onnx__AttributeProto *at = node[i]->attribute[j];
-			if (at->t && fn(md, at->t, e) < 0)
+			if (at->t && fn(md, at->t, ud, e) < 0)
 				return -1;
 			for (size_t k = 0; k < at->n_tensors; k++)
-				if (fn(md, at->tensors[k], e) < 0)
+				if (fn(md, at->tensors[k], ud, e) < 0)
 					return -1;
-			if (walk_sparse(md, at->sparse_tensor, fn, e) < 0)
+			if (walk_sparse(md, at->sparse_tensor, fn, ud, e) < 0)
 				return -1;
 			for (size_t k = 0; k < at->n_sparse_tensors; k++)
-				if (walk_sparse(md, at->sparse_tensors[k], fn, e) < 0)
+				if (walk_sparse(md, at->sparse_tensors[k], fn, ud, e) < 0)
 					return -1;
-			if (at->g && walk_graph(md, at->g, fn, e) < 0)
+			if (at->g && walk_graph(md, at->g, fn, ud, e) < 0)
 				return -1;
 			for (size_t k = 0; k < at->n_graphs; k++)
-				if (walk_graph(md, at->graphs[k], fn, e) < 0)
+				if (walk_graph(md, at->graphs[k], fn, ud, e) < 0)
 					return -1;
 		}
 	return 0;
 }
 
-static int walk_graph(Model *md, const Onnx__GraphProto *g, TensorFn fn, Err *e)
+static int walk_graph(Model *md, const Onnx__GraphProto *g, TensorFn fn, void *ud, Err *e)
 {
 	for (size_t i = 0; i < g->n_initializer; i++)
-		if (fn(md, g->initializer[i], e) < 0)
+		if (fn(md, g->initializer[i], ud, e) < 0)
 			return -1;
 	for (size_t i = 0; i < g->n_sparse_initializer; i++)
-		if (walk_sparse(md, g->sparse_initializer[i], fn, e) < 0)
+		if (walk_sparse(md, g->sparse_initializer[i], fn, ud, e) < 0)
 			return -1;
-	return walk_nodes(md, g->node, g->n_node, fn, e);
+	return walk_nodes(md, g->node, g->n_node, fn, ud, e);
 }
 
-static int walk_model(Model *md, TensorFn fn, Err *e)
+static int walk_model(Model *md, TensorFn fn, void *ud, Err *e)
 {
 	const Onnx__ModelProto *m = md->m;
-	if (walk_graph(md, m->graph, fn, e) < 0)
+	if (walk_graph(md, m->graph, fn, ud, e) < 0)
 		return -1;
 	for (size_t i = 0; i < m->n_functions; i++)
-		if (walk_nodes(md, m->functions[i]->node, m->functions[i]->n_node, fn, e) < 0)
+		if (walk_nodes(md, m->functions[i]->node, m->functions[i]->n_node, fn, ud, e) < 0)
 			return -1;
 	for (size_t i = 0; i < m->n_training_info; i++) {
 		const Onnx__TrainingInfoProto *ti = m->training_info[i];
-		if (ti->initialization && walk_graph(md, ti->initialization, fn, e) < 0)
+		if (ti->initialization && walk_graph(md, ti->initialization, fn, ud, e) < 0)
 			return -1;
-		if (ti->algorithm && walk_graph(md, ti->algorithm, fn, e) < 0)
+		if (ti->algorithm && walk_graph(md, ti->algorithm, fn, ud, e) < 0)
 			return -1;
 	}
 	return 0;
 }
 
-static int ext_visit(Model *md, const Onnx__TensorProto *t, Err *e)
+static int ext_visit(Model *md, Onnx__TensorProto *t, void *ud, Err *e)
 {
+	(void)ud;
 	return is_external(t) ? ext_check(md, t, e) : 0;
 }
 
@@ -889,7 +892,7 @@ static int load(Model *md, const char *path, Arena *a, Err *e)
 		if (named_nodes(md, f->node, f->n_node, "function", f->name, e) < 0)
 			return -1;
 	}
-	return walk_model(md, ext_visit, e);
+	return walk_model(md, ext_visit, NULL, e);
 }
 
 int model_load(Model *md, const char *path, Arena *a, Err *e)
@@ -1298,13 +1301,12 @@ static int same_bytes(const char *p1, const char *p2)
 	return ok;
 }
 
-/* Untouched external tensors keep their relative location, so from the
- * output's folder each location must name the same bytes. */
-static int ext_portable(const Model *md, const char *out, int bytes, Err *e)
+/* The folder a file is written into ("." for a bare name), malloc'ed. */
+static char *folder_of(const char *out)
 {
 	char *od = strdup(out);
 	if (!od)
-		return errf(e, "%s: out of memory", out);
+		return NULL;
 	char *sl = strrchr(od, '/');
 	if (!sl)
 		strcpy(od, ".");
@@ -1312,36 +1314,54 @@ static int ext_portable(const Model *md, const char *out, int bytes, Err *e)
 		sl[1] = 0;
 	else
 		*sl = 0;
+	return od;
+}
+
+/* Untouched external tensors keep their relative location where out's
+ * folder shows the same bytes under it: the input's own folder, a hard
+ * link, a byte-identical copy (compared when bytes is set; else being
+ * there is enough, and the save compares). A file already copied out
+ * (x->copied) is not asked about again. Else, with copy set, the file is
+ * marked for the save to copy its tensors into the output's data file;
+ * without, that is refused, saying what to do. How many files are marked,
+ * or -1. */
+static int ext_kept(Model *md, const char *out, int bytes, int copy, Err *e)
+{
+	char *od = folder_of(out);
+	if (!od)
+		return errf(e, "%s: out of memory", out);
 	struct stat si, so;
-	int rc = 0;
-	if (stat(md->dir, &si) == 0 && stat(od, &so) == 0 && same_file(&si, &so)) {
-		free(od);
-		return 0;
-	}
-	for (size_t i = 0; i < md->ext.cap && !rc; i++) {
-		const ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
-		if (!x)
+	int same = stat(md->dir, &si) == 0 && stat(od, &so) == 0 && same_file(&si, &so);
+	int n = 0;
+	for (size_t i = 0; i < md->ext.cap && n >= 0; i++) {
+		ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		if (!x || same || x->copied)
 			continue;
-		size_t len = strlen(od) + strlen(x->loc) + 2;
-		char *p = malloc(len);
-		if (!p) {
-			rc = errf(e, "%s: out of memory", out);
-			break;
-		}
-		snprintf(p, len, "%s/%s", od, x->loc);
+		x->copy = 0;
+		const char *p = arena_printf(md->a, "%s/%s", od, x->loc);
 		struct stat st;
+		const char *why = NULL;
 		if (lstat(p, &st) < 0)
-			rc = errf(e, "%s: the model keeps tensor data in '%s' beside the input, and %s does not exist; write the output into %s, or copy %s to %s first",
-			          out, x->loc, p, md->dir, x->path, p);
+			why = "missing";
 		else if (S_ISLNK(st.st_mode))
-			rc = errf(e, "%s: %s is a symlink, which loading the output would refuse; copy the data file there instead", out, p);
+			why = "symlink";
 		else if (bytes && !(st.st_dev == x->dev && st.st_ino == x->ino) && !same_bytes(x->path, p))
-			rc = errf(e, "%s: %s differs from the input's external data %s; write the output into %s, or replace %s with a copy",
-			          out, p, x->path, md->dir, p);
-		free(p);
+			why = "differs";
+		if (!why)
+			continue;
+		if (copy)
+			n += x->copy = 1;
+		else if (*why == 'm')
+			n = errf(e, "%s: the model keeps tensor data in '%s' beside the input, and %s does not exist; write the output into %s, or copy %s to %s first",
+			         out, x->loc, p, md->dir, x->path, p);
+		else if (*why == 's')
+			n = errf(e, "%s: %s is a symlink, which loading the output would refuse; copy the data file there instead", out, p);
+		else
+			n = errf(e, "%s: %s differs from the input's external data %s; write the output into %s, or replace %s with a copy",
+			         out, p, x->path, md->dir, p);
 	}
 	free(od);
-	return rc;
+	return n;
 }
 
 /* The model and graph levels are packed here, each node sized once:
@@ -1439,6 +1459,9 @@ static void pack(const Model *md, const Plan *p, ProtobufCBuffer *b)
 }
 
 static int save_planned(Model *md, const Plan *p, const char *out, int flags, Err *e);
+/* The caller has settled which external data files the output keeps
+ * referencing (ext_kept, bytes compared): the save asks no more. */
+enum { SAVE_EXT_KEPT = 1 << 8 };
 
 /* What out may not be: a terminal, the input (unless in place), one of
  * its external data files. */
@@ -1483,7 +1506,7 @@ static int save_planned(Model *md, const Plan *p, const char *out, int flags, Er
 	if (n > INT32_MAX)
 		return errf(e, "%s: the model packs to %zu bytes, which exceeds the 2 GiB protobuf limit; use --external-data FILE",
 		            out, n);
-	if (clashes(md, out, flags, e) || (strcmp(out, "-") && md->ext.len && ext_portable(md, out, 1, e) < 0))
+	if (clashes(md, out, flags, e) || (strcmp(out, "-") && md->ext.len && !(flags & SAVE_EXT_KEPT) && ext_kept(md, out, 1, 0, e) < 0))
 		return -1;
 	/* A pipe keeps what it is given: the verdict first. */
 	if (!strcmp(out, "-") && verified(md, e))
@@ -1589,48 +1612,73 @@ static const char *data_path(Model *md, const char *out, const char *data, Err *
 	return arena_printf(md->a, "%s/%s", od, data);
 }
 
-/* What the data file may not be: one of the input's data files, which
- * the output still references, or the input. */
-static int data_clashes(const Model *md, const char *path, Err *e)
+/* What the data file may not be: one of the input's data files, or a
+ * copy of one beside the output, which the output still references, or
+ * the input. */
+static int data_clashes(Model *md, const char *out, const char *path, Err *e)
 {
 	struct stat st, si;
 	if (stat(path, &st) < 0)
 		return 0;
-	for (size_t i = 0; i < md->ext.cap; i++) {
+	char *od = NULL;
+	int rc = 0;
+	for (size_t i = 0; i < md->ext.cap && !rc; i++) {
 		const ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
-		if (x && st.st_dev == x->dev && st.st_ino == x->ino)
-			return errf(e, "%s: is the input's external data '%s', which the output still references; choose another --external-data name", path, x->loc);
+		if (!x || x->copy)
+			continue;
+		if (!od && !(od = folder_of(out)))
+			return errf(e, "%s: out of memory", out);
+		struct stat sk;
+		if ((st.st_dev == x->dev && st.st_ino == x->ino) ||
+		    (stat(arena_printf(md->a, "%s/%s", od, x->loc), &sk) == 0 && same_file(&st, &sk)))
+			rc = errf(e, "%s: is the input's external data '%s', which the output still references; choose another --external-data name", path, x->loc);
 	}
-	if (stat(md->path, &si) == 0 && same_file(&st, &si))
-		return errf(e, "%s: is the input model; choose another --external-data name", path);
-	return 0;
+	free(od);
+	if (!rc && stat(md->path, &si) == 0 && same_file(&st, &si))
+		rc = errf(e, "%s: is the input model; choose another --external-data name", path);
+	return rc;
+}
+
+/* OUT.data beside out (OUT being out's file name). */
+static const char *default_data(Model *md, const char *out)
+{
+	return arena_printf(md->a, "%s.data", base_name(out));
 }
 
 int model_save_check(Model *md, const char *out, const char *data, int flags, Err *e)
 {
 	const char *path = data ? data_path(md, out, data, e) : NULL;
-	if ((data && (!path || data_clashes(md, path, e))) || clashes(md, out, flags, e))
+	if ((data && !path) || clashes(md, out, flags, e))
 		return -1;
 	if (!strcmp(out, "-"))
 		return 0;
 	/* Whether the data files beside the input are there, not yet
 	 * their bytes: the save compares those. */
-	if (afile_check(out, e) < 0 || (md->ext.len && ext_portable(md, out, 0, e) < 0))
+	int copies = md->ext.len ? ext_kept(md, out, 0, 1, e) : 0;
+	if (copies < 0 || afile_check(out, e) < 0)
 		return -1;
-	return path ? afile_check(path, e) : 0;
+	if (copies && !path && !(path = data_path(md, out, default_data(md, out), e)))
+		return -1;
+	return path && (data_clashes(md, out, path, e) || afile_check(path, e) < 0) ? -1 : 0;
 }
 
 int model_save_as(Model *md, const char *out, const char *data, int flags, Err *e)
 {
-	if (!data) {
+	/* The data files out's folder lacks are copied into out's own. */
+	int copies = strcmp(out, "-") && md->ext.len ? ext_kept(md, out, 1, 1, e) : 0;
+	if (copies < 0)
+		return -1;
+	flags |= SAVE_EXT_KEPT;
+	if (!data && !copies) {
 		Plan p;
 		plan(md, &p);
 		if (p.total <= INT32_MAX)
 			return save_gated(md, &p, out, flags, e);
 		if (!strcmp(out, "-"))
 			return errf(e, "-: the model packs past the 2 GiB protobuf limit, so its weights need an external data file, which standard output cannot have; write to a file");
-		data = arena_printf(md->a, "%s.data", base_name(out));
 	}
+	if (!data)
+		data = default_data(md, out);
 	/* The move to the data file changes the tensors the check reads. */
 	if (verified(md, e))
 		return -1;
@@ -1644,12 +1692,74 @@ int model_save_as(Model *md, const char *out, const char *data, int flags, Err *
 	return rc;
 }
 
+/* Copying the tensors of the data files out's folder lacks into the
+ * output's data file: a walk sizes the copies first (to reserve the
+ * file's size), then copies. */
+typedef struct {
+	AFile *f;
+	const char *data;
+	unsigned long long end; /* the sizing walk: the data file's end so far */
+	size_t n, total;        /* tensors copied, to copy */
+	const ExtFile *open;
+	int fd;
+} Copy;
+
+/* The tensor's entries: its bytes at off in data. */
+static void set_location(Model *md, Onnx__TensorProto *t, const char *data, unsigned long long off, size_t len)
+{
+	Onnx__StringStringEntryProto **kv = arena_alloc(md->a, 3 * sizeof *kv);
+	set_entry(md->a, &kv[0], "location", data);
+	set_entry(md->a, &kv[1], "offset", arena_printf(md->a, "%llu", off));
+	set_entry(md->a, &kv[2], "length", arena_printf(md->a, "%zu", len));
+	t->external_data = kv;
+	t->n_external_data = 3;
+	t->has_data_location = 1;
+	t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+}
+
+static int copy_visit(Model *md, Onnx__TensorProto *t, void *ud, Err *e)
+{
+	static const unsigned char zero[EXT_ALIGN];
+	Copy *c = ud;
+	const char *loc = is_external(t) ? ext_get(t, "location") : NULL;
+	const ExtFile *x = loc ? map_get(&md->ext, loc) : NULL;
+	if (!x || !x->copy)
+		return 0;
+	int64_t off, len;
+	if (ext_range(md, t, x, &off, &len, e) < 0)
+		return -1;
+	if (!c->f) {
+		c->end = ext_aligned(c->end) + (unsigned long long)len;
+		c->total++;
+		return 0;
+	}
+	if (c->open != x) {
+		if (c->fd >= 0)
+			close(c->fd);
+		struct stat st;
+		c->open = x;
+		c->fd = open(x->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+		if (c->fd < 0 || fstat(c->fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_dev != x->dev ||
+		    st.st_ino != x->ino || st.st_size != x->size)
+			return errf(e, "%s: external data '%s' changed since the model was loaded; nothing written", md->path, x->loc);
+	}
+	unsigned long long at = ext_aligned(c->f->written);
+	afile_write(c->f, zero, (size_t)(at - c->f->written));
+	if (afile_copy(c->f, c->fd, (off_t)off, (size_t)len) < 0)
+		return errf(e, "%s: external data '%s' changed since the model was loaded; nothing written", md->path, x->loc);
+	md->copied += (unsigned long long)len;
+	if (md->progress)
+		progress_step(md->progress, "copying external data, tensor", ++c->n, c->total, NULL);
+	set_location(md, t, c->data, at, (size_t)len);
+	return 0;
+}
+
 static int save_with_data(Model *md, const char *out, const char *data, const char *path, int flags, Err *e)
 {
 	Onnx__GraphProto *g = md->m->graph;
 	struct stat st;
 	int existed = stat(path, &st) == 0;
-	if (data_clashes(md, path, e))
+	if (data_clashes(md, out, path, e))
 		return -1;
 	AFile f;
 	Sink s;
@@ -1657,12 +1767,27 @@ static int save_with_data(Model *md, const char *out, const char *data, const ch
 		return -1;
 	static const unsigned char zero[EXT_ALIGN];
 	size_t nmoved = 0;
-	unsigned long long end = 0;
+	Copy c = { .data = data, .fd = -1 };
+	int rc = walk_model(md, copy_visit, &c, e);
+	unsigned long long end = c.end;
 	for (size_t i = 0; i < g->n_initializer; i++)
 		if (moves_out(g->initializer[i]))
 			end = ext_aligned(end) + g->initializer[i]->raw_data.len;
 	afile_reserve(&f, end);
-	for (size_t i = 0; i < g->n_initializer; i++) {
+	/* The copies first: the tensors moved next name the data file too. */
+	c.f = &f;
+	if (!rc && c.total)
+		rc = walk_model(md, copy_visit, &c, e);
+	if (c.fd >= 0)
+		close(c.fd);
+	for (size_t i = 0; !rc && i < md->ext.cap; i++) {
+		ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		if (x && x->copy)
+			x->copied = 1;
+	}
+	md->ncopied = c.n;
+	md->copied_to = c.n ? path : NULL;
+	for (size_t i = 0; !rc && i < g->n_initializer; i++) {
 		Onnx__TensorProto *t = g->initializer[i];
 		if (!moves_out(t))
 			continue;
@@ -1673,21 +1798,14 @@ static int save_with_data(Model *md, const char *out, const char *data, const ch
 			break;
 		if (md->progress)
 			progress_step(md->progress, "writing external data, tensor", nmoved + 1, g->n_initializer, NULL);
-		Onnx__StringStringEntryProto **kv = arena_alloc(md->a, 3 * sizeof *kv);
-		set_entry(md->a, &kv[0], "location", data);
-		set_entry(md->a, &kv[1], "offset", arena_printf(md->a, "%llu", off));
-		set_entry(md->a, &kv[2], "length", arena_printf(md->a, "%zu", t->raw_data.len));
-		t->external_data = kv;
-		t->n_external_data = 3;
-		t->has_data_location = 1;
-		t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+		set_location(md, t, data, off, t->raw_data.len);
 		t->has_raw_data = 0;
 		t->raw_data.len = 0;
 		t->raw_data.data = NULL;
 		nmoved++;
 	}
 	sink_end(&s);
-	if (s.failed) {
+	if (rc || s.failed) {
 		afile_abort(&f);
 		return -1;
 	}

@@ -18,6 +18,11 @@ typedef struct {
 	size_t size;      /* bytes of the file loaded */
 	Map ext;          /* external data: location -> its mapping (ExtFile), made on demand */
 	int next;         /* tensors with data_location EXTERNAL */
+	/* model_save_as wrote into a folder lacking the input's data files:
+	 * how many external tensors it copied, their bytes, and where. */
+	size_t ncopied;
+	unsigned long long copied;
+	const char *copied_to;
 	Progress *progress; /* model_save reports bytes written to it; NULL: none */
 	/* Tensors whose values the save writes (graph.h's Later), set by whoever
 	 * made them; done(done_ud) runs at model_close, after the last save:
@@ -74,9 +79,10 @@ int model_save(Model *md, const char *out, int flags, Err *e);
 /* model_save, with the inline data (>= 1 KiB) of the main graph's
  * initializers moved to the external file `data`, a location relative to
  * out's folder, at 4 KiB-aligned offsets; tensors already external keep
- * their references. data NULL: only when the model would pass the 2 GiB
- * protobuf limit, then to OUT.data beside it (OUT being out's file name).
- * Changes md's tensors. */
+ * their references where out's folder shows their files as model_save
+ * asks, and are copied to `data` otherwise. data NULL: only when the model
+ * would pass the 2 GiB protobuf limit or needs such a copy, then to
+ * OUT.data beside it (OUT being out's file name). Changes md's tensors. */
 int model_save_as(Model *md, const char *out, const char *data, int flags, Err *e);
 /* model_save_as's checks of its outputs that need no work done: run
  * before the work, so a wrong -o or --external-data stops the run before

@@ -68,6 +68,21 @@ expect 0 "repair without --external-data" -- \
 locations "$M/inl.onnx" | grep -q '^new.data ' && fail "without the option nothing should go to new.data"
 $CMP "$M/inl.onnx" "$M" --max 1e-4 >"$T/ort" 2>&1 || fail "inline output in ONNX Runtime: $(cat "$T/ort")"
 
+# Into another folder: the input's data file is not there, so the output
+# gets its own (OUT.data): every external tensor copied, the new weights
+# moved there too; it runs from that folder alone, the input untouched.
+O=$T/elsewhere
+mkdir "$O"
+expect 0 "repair into another folder" -- "$BIN" "$M/broken.onnx" --experts "$M/experts.yaml" -o "$O/r.onnx"
+grep -q "external tensors (.* MiB) copied into $O/r.onnx.data" "$T/err" || fail "another folder: the copy should be said: $(cat "$T/err")"
+[ "$(ls "$O" | tr '\n' ' ')" = "r.onnx r.onnx.data " ] || fail "another folder: want r.onnx and r.onnx.data, got $(ls -A "$O")"
+locations "$O/r.onnx" | awk '$1 != "r.onnx.data" || $2 % 4096 { bad = 1 } END { exit bad }' ||
+	fail "another folder: every tensor in r.onnx.data at 4 KiB-aligned offsets: $(locations "$O/r.onnx")"
+cp "$M"/in_*.npy "$M"/out_*.npy "$O"
+$CMP "$O/r.onnx" "$O" --max 1e-4 >"$T/ort" 2>&1 && ok "ONNX Runtime runs the copy, matches NumPy" ||
+	fail "another folder in ONNX Runtime: $(cat "$T/ort")"
+[ "$(sum "$M/broken.onnx.data")" = "$before" ] || fail "the copy changed the input's external data"
+
 # An inline model, every big initializer moved out.
 E=$T/ex
 mkdir "$E"

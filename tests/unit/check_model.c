@@ -160,6 +160,79 @@ START_TEST(tensor_data_embedded_and_external)
 }
 END_TEST
 
+/* Written into a folder without the input's data file, the output gets
+ * its own: every external tensor copied there, wherever it sits (here an
+ * initializer and a Constant's value), at 4 KiB-aligned offsets. The
+ * plain save, which writes no data file, still refuses. */
+START_TEST(save_elsewhere_copies_every_tensor)
+{
+	Arena *a = arena_new();
+	unsigned char data[40];
+	for (int i = 0; i < 40; i++)
+		data[i] = (unsigned char)(100 + i);
+	put(at(a, "w.bin"), data, sizeof data);
+	static int64_t dims[1] = { 16 };
+	Onnx__StringStringEntryProto kl = ONNX__STRING_STRING_ENTRY_PROTO__INIT, ko = kl, cl = kl, co = kl;
+	kl.key = cl.key = "location", kl.value = cl.value = "w.bin";
+	ko.key = co.key = "offset", ko.value = "8", co.value = "24";
+	Onnx__StringStringEntryProto *kv[2] = { &kl, &ko }, *cv[2] = { &cl, &co };
+	Onnx__TensorProto t = ONNX__TENSOR_PROTO__INIT, ct;
+	t.n_dims = 1, t.dims = dims, t.has_data_type = 1, t.data_type = 2;
+	t.has_data_location = 1, t.data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+	ct = t;
+	t.name = "w", t.n_external_data = 2, t.external_data = kv;
+	ct.name = "c", ct.n_external_data = 2, ct.external_data = cv;
+	Onnx__AttributeProto at_ = ONNX__ATTRIBUTE_PROTO__INIT, *atp = &at_;
+	at_.name = "value", at_.has_type = 1, at_.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR, at_.t = &ct;
+	char *outs[1] = { "y" };
+	Onnx__NodeProto nd = ONNX__NODE_PROTO__INIT, *ndp = &nd;
+	nd.op_type = "Constant", nd.name = "k", nd.n_output = 1, nd.output = outs, nd.n_attribute = 1, nd.attribute = &atp;
+	Onnx__TensorProto *tp = &t;
+	Onnx__GraphProto g = ONNX__GRAPH_PROTO__INIT;
+	g.name = "g", g.n_initializer = 1, g.initializer = &tp, g.n_node = 1, g.node = &ndp;
+	Onnx__ModelProto m = ONNX__MODEL_PROTO__INIT;
+	m.has_ir_version = 1, m.ir_version = 8, m.graph = &g;
+	size_t n = onnx__model_proto__get_packed_size(&m);
+	uint8_t *buf = arena_alloc(a, n);
+	onnx__model_proto__pack(&m, buf);
+	put(at(a, "in.onnx"), buf, n);
+	ck_assert_int_eq(mkdir(at(a, "sub"), 0777), 0);
+
+	Model md, mo;
+	Err e;
+	ck_assert_int_eq(model_load(&md, at(a, "in.onnx"), a, &e), 0);
+	ck_assert_int_eq(model_save(&md, at(a, "sub/o.onnx"), 0, &e), -1);
+	ck_assert_ptr_nonnull(strstr(e.msg, "does not exist"));
+	ck_assert_int_eq(model_save_check(&md, at(a, "sub/o.onnx"), NULL, 0, &e), 0);
+	ck_assert_msg(model_save_as(&md, at(a, "sub/o.onnx"), NULL, 0, &e) == 0, "%s", e.msg);
+	model_close(&md);
+	unlink(at(a, "w.bin")); /* the output reads its own copy */
+	ck_assert_msg(model_load(&mo, at(a, "sub/o.onnx"), a, &e) == 0, "%s", e.msg);
+	const Onnx__TensorProto *ts[2] = { mo.m->graph->initializer[0], mo.m->graph->node[0]->attribute[0]->t };
+	const char *offs[2] = { "0", "4096" };
+	for (int i = 0; i < 2; i++) {
+		const void *p;
+		size_t nb;
+		ck_assert_int_eq(model_tensor_data(&mo, ts[i], &p, &nb, &e), 0);
+		ck_assert_uint_eq(nb, 16);
+		ck_assert_mem_eq(p, data + (i ? 24 : 8), 16);
+		for (size_t k = 0; k < ts[i]->n_external_data; k++) {
+			const Onnx__StringStringEntryProto *x = ts[i]->external_data[k];
+			if (!strcmp(x->key, "location"))
+				ck_assert_str_eq(x->value, "o.onnx.data");
+			if (!strcmp(x->key, "offset"))
+				ck_assert_str_eq(x->value, offs[i]);
+		}
+	}
+	model_close(&mo);
+	unlink(at(a, "in.onnx"));
+	unlink(at(a, "sub/o.onnx"));
+	unlink(at(a, "sub/o.onnx.data"));
+	rmdir(at(a, "sub"));
+	arena_free(a);
+}
+END_TEST
+
 START_TEST(refuses_over_2gib)
 {
 	/* The size is known before a byte is written: a tensor claiming 2 GiB
@@ -392,6 +465,44 @@ START_TEST(afile_reserve_keeps_size)
 	ck_assert_mem_eq(q, "abrr", 4);
 	ck_assert_int_eq(q[n - 1], 'r');
 	unlink(at(a, "r.bin"));
+	arena_free(a);
+}
+END_TEST
+
+/* afile_copy appends a file's range after what was written, through the
+ * kernel (_i 0) or read and written (_i 1, as across file systems), in
+ * more than one buffer's worth; a range past the source's end is -1. */
+START_TEST(afile_copy_appends_a_range)
+{
+	Arena *a = arena_new();
+	size_t big = 2 * AFILE_BUF + 77, n;
+	unsigned char *src = arena_alloc(a, big);
+	for (size_t i = 0; i < big; i++)
+		src[i] = (unsigned char)(i * 7 + i / 4096);
+	put(at(a, "src.bin"), src, big);
+	int fd = open(at(a, "src.bin"), O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	AFile f;
+	Err e;
+	ck_assert_int_eq(afile_open(&f, at(a, "c.bin"), 0, &e), 0);
+	f.readcopy = _i;
+	afile_write(&f, "hd", 2);
+	ck_assert_int_eq(afile_copy(&f, fd, 5, big - 10), 0);
+	afile_write(&f, "tl", 2);
+	ck_assert_uint_eq(f.written, big - 6);
+	ck_assert_int_eq(afile_commit(&f, &e), 0);
+	unsigned char *q = get(a, at(a, "c.bin"), &n);
+	ck_assert_uint_eq(n, big - 6);
+	ck_assert_mem_eq(q, "hd", 2);
+	ck_assert_mem_eq(q + 2, src + 5, big - 10);
+	ck_assert_mem_eq(q + n - 2, "tl", 2);
+	ck_assert_int_eq(afile_open(&f, at(a, "c.bin"), 0, &e), 0);
+	f.readcopy = _i;
+	ck_assert_int_eq(afile_copy(&f, fd, big - 3, 10), -1);
+	afile_abort(&f);
+	close(fd);
+	unlink(at(a, "src.bin"));
+	unlink(at(a, "c.bin"));
 	arena_free(a);
 }
 END_TEST
@@ -728,11 +839,13 @@ int main(void)
 	tcase_add_test(tc, zeros_cut_before_unpack);
 	tcase_add_test(tc, verify_gates_the_commit);
 	tcase_add_test(tc, tensor_data_embedded_and_external);
+	tcase_add_test(tc, save_elsewhere_copies_every_tensor);
 	tcase_add_test(tc, refuses_over_2gib);
 	tcase_add_loop_test(tc, later_filled_at_save, 0, 4);
 	tcase_add_test(tc, later_read_early);
 	tcase_add_loop_test(tc, afile_abort_and_mode, 0, 2);
 	tcase_add_test(tc, afile_reserve_keeps_size);
+	tcase_add_loop_test(tc, afile_copy_appends_a_range, 0, 2);
 	tcase_add_test(tc, afile_drop_all_removes_temporaries);
 	tcase_add_test(tc, json_escapes);
 	tcase_add_test(tc, report_json_shape);
