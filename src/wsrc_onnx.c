@@ -1,6 +1,10 @@
 /* A donor .onnx model: its initializers, and the tensors of its Constant
  * nodes under their output names (exporters fold weights either way), in
- * the main graph and in subgraphs (If/Loop bodies of scripted exports). */
+ * the main graph and in subgraphs (If/Loop bodies of scripted exports).
+ * A tensor the exporter left unnamed as a parameter ("onnx::Mul_3540", a
+ * Constant's "/m/Constant_output_0") is also found under the module of
+ * each node reading it (see alias). */
+#include <stdio.h>
 #include <string.h>
 
 #include "model.h"
@@ -126,6 +130,62 @@ static int node(WSrc *w, const Onnx__NodeProto *n, int depth, Err *e)
 	return 0;
 }
 
+/* Where a node reads a tensor whose name is no checkpoint key, the key
+ * it gets as well: its module's path, as torch's keys spell it, then the
+ * node's own name and the input: '/model.11/fx/proj.1/proj.1.1/Mul' reading
+ * 'onnx::Mul_3540' as input 1 gives 'model.11.fx.proj.1.1.Mul:1'. The
+ * scope's components are its modules; one that repeats the one before as
+ * its prefix ("proj.1", then "proj.1.1": a Sequential's child) adds what
+ * follows. So an expert's unnamed tensors lie under the expert's prefix,
+ * each expert's under the same relative key, as named parameters do, and
+ * the mapping finds and verifies them by value like any key. */
+static int alias(WSrc *w, const Onnx__NodeProto *n, Err *e)
+{
+	const char *nm = n->name;
+	if (!nm || nm[0] != '/')
+		return 0;
+	const char *last = strrchr(nm, '/');
+	char mod[512];
+	size_t at = 0, plen = 0;
+	const char *pc = NULL; /* the component before, whole */
+	for (const char *c = nm + 1; c < last;) {
+		const char *end = memchr(c, '/', (size_t)(last - c));
+		if (!end)
+			end = last;
+		size_t len = (size_t)(end - c);
+		const char *add = c;
+		if (pc && len > plen + 1 && !memcmp(c, pc, plen) && c[plen] == '.')
+			add = c + plen + 1;
+		size_t alen = (size_t)(end - add);
+		if (at + alen + 2 >= sizeof mod)
+			return 0; /* no module path that long is a checkpoint key */
+		if (at)
+			mod[at++] = '.';
+		memcpy(mod + at, add, alen);
+		at += alen;
+		pc = c;
+		plen = len;
+		c = end + 1;
+	}
+	if (!at)
+		return 0;
+	mod[at] = 0;
+	for (size_t j = 0; j < n->n_input; j++) {
+		const char *in = n->input[j];
+		const WTensor *t = in && *in && (strstr(in, "::") || in[0] == '/') ? wsrc_get(w, in) : NULL;
+		if (!t)
+			continue;
+		char key[600];
+		if ((size_t)snprintf(key, sizeof key, "%s.%s:%zu", mod, last + 1, j) >= sizeof key || wsrc_get(w, key))
+			continue;
+		WTensor a = *t;
+		a.name = arena_strdup(w->a, key);
+		if (wsrc_add(w, &a, e))
+			return -1;
+	}
+	return 0;
+}
+
 static int graph(WSrc *w, const Onnx__GraphProto *g, int depth, Err *e)
 {
 	if (depth > 64)
@@ -135,6 +195,24 @@ static int graph(WSrc *w, const Onnx__GraphProto *g, int depth, Err *e)
 			return -1;
 	for (size_t i = 0; i < g->n_node; i++)
 		if (node(w, g->node[i], depth, e))
+			return -1;
+	/* The tracer exports equal parameters once, the others as Identity
+	 * nodes of it ("onnx::Mul_386" = Identity("onnx::Mul_374")): those
+	 * outputs are the same tensor (nodes come sorted, so chains too). */
+	for (size_t i = 0; i < g->n_node; i++) {
+		const Onnx__NodeProto *n = g->node[i];
+		const WTensor *t;
+		if (n->op_type && !strcmp(n->op_type, "Identity") && (!n->domain || !*n->domain) && n->n_input == 1 &&
+		    n->n_output == 1 && n->output[0] && *n->output[0] && !wsrc_get(w, n->output[0]) &&
+		    (t = wsrc_get(w, n->input[0]))) {
+			WTensor a = *t;
+			a.name = n->output[0];
+			if (wsrc_add(w, &a, e))
+				return -1;
+		}
+	}
+	for (size_t i = 0; i < g->n_node; i++)
+		if (alias(w, g->node[i], e))
 			return -1;
 	return 0;
 }
