@@ -41,6 +41,16 @@ static unsigned char *get(Arena *a, const char *path, size_t *n)
 	return p;
 }
 
+/* w.bin in the test folder: n bytes (at most 64) 100, 101, ... */
+static const unsigned char *put_wbin(Arena *a, size_t n)
+{
+	static unsigned char data[64];
+	for (size_t i = 0; i < sizeof data; i++)
+		data[i] = (unsigned char)(100 + i);
+	put(at(a, "w.bin"), data, n);
+	return data;
+}
+
 /* A model with one initializer, embedded or external, packed by protobuf-c. */
 static size_t mkmodel(Arena *a, const char *path, const char *loc, const char *off, uint8_t **bytes)
 {
@@ -127,10 +137,7 @@ END_TEST
 START_TEST(tensor_data_embedded_and_external)
 {
 	Arena *a = arena_new();
-	unsigned char data[40];
-	for (int i = 0; i < 40; i++)
-		data[i] = (unsigned char)(100 + i);
-	put(at(a, "w.bin"), data, sizeof data);
+	const unsigned char *data = put_wbin(a, 40);
 	mkmodel(a, at(a, "ext.onnx"), "w.bin", "8", NULL);
 	mkmodel(a, at(a, "emb.onnx"), NULL, NULL, NULL);
 	Model md, me;
@@ -150,7 +157,7 @@ START_TEST(tensor_data_embedded_and_external)
 	ck_assert_int_eq(((const unsigned char *)p)[15], 16);
 	model_close(&me);
 	/* 8 + 16 > 20 bytes: refused at load. */
-	put(at(a, "w.bin"), data, 20);
+	put_wbin(a, 20);
 	ck_assert_int_eq(model_load(&md, at(a, "ext.onnx"), a, &e), -1);
 	ck_assert_ptr_nonnull(strstr(e.msg, "runs past the end"));
 	unlink(at(a, "w.bin"));
@@ -167,10 +174,7 @@ END_TEST
 START_TEST(save_elsewhere_copies_every_tensor)
 {
 	Arena *a = arena_new();
-	unsigned char data[40];
-	for (int i = 0; i < 40; i++)
-		data[i] = (unsigned char)(100 + i);
-	put(at(a, "w.bin"), data, sizeof data);
+	const unsigned char *data = put_wbin(a, 40);
 	static int64_t dims[1] = { 16 };
 	Onnx__StringStringEntryProto kl = ONNX__STRING_STRING_ENTRY_PROTO__INIT, ko = kl, cl = kl, co = kl;
 	kl.key = cl.key = "location", kl.value = cl.value = "w.bin";
