@@ -271,29 +271,21 @@ static size_t dtype_size(int dt)
 	}
 }
 
-/* Validates the location once per distinct string: relative, no "..",
- * no symlink anywhere below the model's folder, a regular file. */
-static ExtFile *ext_file(Model *md, const Onnx__TensorProto *t, const char *loc, Err *e)
+const char *model_ext_path(Arena *a, const char *dir, const char *loc, struct stat *st, Err *e)
 {
-	ExtFile *x = map_get(&md->ext, loc);
-	if (x)
-		return x;
-	const char *name = t->name ? t->name : "";
 	if (!*loc) {
-		errf(e, "%s: tensor '%s': external data has an empty location; fix the model", md->path, name);
+		errf(e, "external data has an empty location; fix the model");
 		return NULL;
 	}
 	if (loc[0] == '/' || loc[0] == '\\' || (loc[0] && loc[1] == ':')) {
-		errf(e, "%s: tensor '%s': external data location '%s' is absolute; locations must be relative to the model's folder (move the file beside the model and store its name)",
-		     md->path, name, loc);
+		errf(e, "external data location '%s' is absolute; locations must be relative to the model's folder (move the file beside the model and store its name)",
+		     loc);
 		return NULL;
 	}
-	char *rel = arena_strdup(md->a, loc);
-	for (char *c = rel; *c;) {
+	for (const char *c = loc; *c;) {
 		size_t n = strcspn(c, "/\\");
 		if (n == 2 && c[0] == '.' && c[1] == '.') {
-			errf(e, "%s: tensor '%s': external data location '%s' has a '..' component; data must sit in the model's folder or below it",
-			     md->path, name, loc);
+			errf(e, "external data location '%s' has a '..' component; data must sit in the model's folder or below it", loc);
 			return NULL;
 		}
 		c += n;
@@ -301,21 +293,18 @@ static ExtFile *ext_file(Model *md, const Onnx__TensorProto *t, const char *loc,
 	}
 	/* Walk down component by component so a symlinked folder is caught
 	 * too, not only a symlinked file. */
-	char *path = arena_printf(md->a, "%s/%s", md->dir, loc);
-	size_t skip = strlen(md->dir) + 1;
-	struct stat st;
-	for (char *c = path + skip;;) {
+	char *path = arena_printf(a, "%s/%s", dir, loc);
+	for (char *c = path + strlen(dir) + 1;;) {
 		char *sl = strchr(c, '/');
 		if (sl)
 			*sl = 0;
-		if (lstat(path, &st) < 0) {
-			errf(e, "%s: tensor '%s': external data file '%s' (%s): %s; put it beside the model",
-			     md->path, name, loc, path, strerror(errno));
+		if (lstat(path, st) < 0) {
+			errf(e, "external data file '%s' (%s): %s; put it beside the model", loc, path, strerror(errno));
 			return NULL;
 		}
-		if (S_ISLNK(st.st_mode)) {
-			errf(e, "%s: tensor '%s': external data location '%s' goes through the symlink %s; symlinks are refused, copy the file there instead",
-			     md->path, name, loc, path);
+		if (S_ISLNK(st->st_mode)) {
+			errf(e, "external data location '%s' goes through the symlink %s; symlinks are refused, copy the file there instead",
+			     loc, path);
 			return NULL;
 		}
 		if (!sl)
@@ -323,8 +312,23 @@ static ExtFile *ext_file(Model *md, const Onnx__TensorProto *t, const char *loc,
 		*sl = '/';
 		c = sl + 1;
 	}
-	if (!S_ISREG(st.st_mode)) {
-		errf(e, "%s: tensor '%s': external data location '%s' is not a regular file", md->path, name, loc);
+	if (!S_ISREG(st->st_mode)) {
+		errf(e, "external data location '%s' is not a regular file", loc);
+		return NULL;
+	}
+	return path;
+}
+
+/* Validates the location once per distinct string (model_ext_path). */
+static ExtFile *ext_file(Model *md, const Onnx__TensorProto *t, const char *loc, Err *e)
+{
+	ExtFile *x = map_get(&md->ext, loc);
+	if (x)
+		return x;
+	struct stat st;
+	const char *path = model_ext_path(md->a, md->dir, loc, &st, e);
+	if (!path) {
+		errwrap(e, "%s: tensor '%s'", md->path, t->name ? t->name : "");
 		return NULL;
 	}
 	x = arena_alloc(md->a, sizeof *x);

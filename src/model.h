@@ -4,6 +4,7 @@
 #ifndef MODEL_H
 #define MODEL_H
 #include <stddef.h>
+#include <sys/stat.h>
 #include "arena.h"
 #include "err.h"
 #include "map.h"
@@ -91,6 +92,12 @@ int model_save_check(Model *md, const char *out, const char *data, int flags, Er
 /* Drops the pages of external data read so far from the process (they
  * stay cached; reading again faults them back). */
 void model_drop(Model *md);
+
+/* Where an external data location of a model in folder dir points: its
+ * path, the file's stat in st; NULL (e set, saying why and what to do)
+ * unless it is relative, without a '..' component, with no symlink on the
+ * way, and a regular file. For donor models too. */
+const char *model_ext_path(Arena *a, const char *dir, const char *loc, struct stat *st, Err *e);
 
 /* A tensor's bytes: raw_data when embedded, else the slice of its external
  * file, mapped read-only until model_close. Values kept in typed fields

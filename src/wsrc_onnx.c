@@ -4,12 +4,91 @@
  * A tensor the exporter left unnamed as a parameter ("onnx::Mul_3540", a
  * Constant's "/m/Constant_output_0") is also found under the module of
  * each node reading it (see alias). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "onnx.pb-c.h"
 #include "wsrc.h"
+
+/* One read of a donor: its folder, and its external data files mapped
+ * (location -> Ext), each once. */
+typedef struct {
+	WSrc *w;
+	const char *dir;
+	Map files;
+} Rd;
+
+typedef struct {
+	const unsigned char *base;
+	size_t len;
+} Ext;
+
+static const char *entry(const Onnx__TensorProto *tp, const char *key)
+{
+	for (size_t i = 0; i < tp->n_external_data; i++)
+		if (tp->external_data[i]->key && !strcmp(tp->external_data[i]->key, key))
+			return tp->external_data[i]->value ? tp->external_data[i]->value : "";
+	return NULL;
+}
+
+/* A decimal entry (offset, length), absent: dflt; -1 when not one. */
+static int64_t entry_num(const Onnx__TensorProto *tp, const char *key, int64_t dflt)
+{
+	const char *v = entry(tp, key);
+	if (!v)
+		return dflt;
+	char *end;
+	errno = 0;
+	long long n = strtoll(v, &end, 10);
+	return *v >= '0' && *v <= '9' && !*end && !errno ? (int64_t)n : -1;
+}
+
+/* The nb bytes of an external tensor, in its file's mapping. Locations
+ * are held to the rules of the model's own (model_ext_path). */
+static const void *external(Rd *r, const Onnx__TensorProto *tp, const char *name, int64_t nb, Err *e)
+{
+	const char *loc = entry(tp, "location");
+	if (!loc) {
+		errf(e, "tensor '%s': data_location is EXTERNAL but there is no 'location' key", name);
+		return NULL;
+	}
+	Ext *x = map_get(&r->files, loc);
+	if (!x) {
+		struct stat st;
+		const char *path = model_ext_path(r->w->a, r->dir, loc, &st, e);
+		const void *base;
+		size_t len;
+		if (!path || wsrc_mmap(r->w, path, &base, &len, e)) {
+			errwrap(e, "tensor '%s'", name);
+			return NULL;
+		}
+		x = arena_alloc(r->w->a, sizeof *x);
+		x->base = base;
+		x->len = len;
+		map_put(&r->files, arena_strdup(r->w->a, loc), x);
+	}
+	int64_t off = entry_num(tp, "offset", 0), len = entry_num(tp, "length", nb);
+	if (off < 0 || len < 0) {
+		errf(e, "tensor '%s': external data offset or length is not a non-negative decimal number", name);
+		return NULL;
+	}
+	if (len != nb) {
+		errf(e, "tensor '%s': external data in '%s' holds %" PRId64 " bytes but its dims and type need %" PRId64, name, loc, len, nb);
+		return NULL;
+	}
+	if ((uint64_t)off > x->len || (uint64_t)len > x->len - (uint64_t)off) {
+		errf(e, "tensor '%s': external data offset %" PRId64 " + length %" PRId64 " runs past the end of '%s' (%zu bytes); the data file is truncated or not the one this model was saved with",
+		     name, off, len, loc, x->len);
+		return NULL;
+	}
+	return x->base + off;
+}
 
 /* Typed fields hold one element per entry (int32_data also carries the
  * 8- and 16-bit types and float16/bfloat16 bit patterns). */
@@ -49,15 +128,13 @@ static int typed(WSrc *w, const Onnx__TensorProto *tp, WTensor *t, int64_t n, Er
 	return 0;
 }
 
-static int tensor(WSrc *w, const Onnx__TensorProto *tp, const char *name, Err *e)
+static int tensor(Rd *r, const Onnx__TensorProto *tp, const char *name, Err *e)
 {
+	WSrc *w = r->w;
 	int64_t dims[WT_MAXDIM];
 	WTensor t = { .name = name, .dims = dims };
 	if (!name || !*name)
 		return 0; /* unnamed initializers cannot be asked for */
-	if (tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
-		return errf(e, "tensor '%s' keeps its data in an external file; external data is not supported yet: save the donor with onnx.save(m, path, save_as_external_data=False)",
-			name);
 	if (tp->segment)
 		return errf(e, "tensor '%s' is segmented; segmented tensors are not supported", name);
 	t.dtype = tp->data_type;
@@ -72,7 +149,10 @@ static int tensor(WSrc *w, const Onnx__TensorProto *tp, const char *name, Err *e
 	int64_t nb = wt_nbytes(&t);
 	if (nb < 0)
 		return errf(e, "tensor '%s': shape overflows or has a negative dimension", name);
-	if (tp->has_raw_data) {
+	if (tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+		if (!(t.data = external(r, tp, name, nb, e)))
+			return -1;
+	} else if (tp->has_raw_data) {
 		if ((uint64_t)tp->raw_data.len != (uint64_t)nb)
 			return errf(e, "tensor '%s': raw_data holds %zu bytes, %s of this shape needs %lld",
 				name, tp->raw_data.len, wt_dtype_name(t.dtype), (long long)nb);
@@ -83,16 +163,17 @@ static int tensor(WSrc *w, const Onnx__TensorProto *tp, const char *name, Err *e
 	return wsrc_add(w, &t, e);
 }
 
-static int graph(WSrc *w, const Onnx__GraphProto *g, int depth, Err *e);
+static int graph(Rd *r, const Onnx__GraphProto *g, int depth, Err *e);
 
-static int node(WSrc *w, const Onnx__NodeProto *n, int depth, Err *e)
+static int node(Rd *r, const Onnx__NodeProto *n, int depth, Err *e)
 {
+	WSrc *w = r->w;
 	for (size_t i = 0; i < n->n_attribute; i++) {
 		const Onnx__AttributeProto *at = n->attribute[i];
-		if (at->g && graph(w, at->g, depth + 1, e))
+		if (at->g && graph(r, at->g, depth + 1, e))
 			return -1;
 		for (size_t k = 0; k < at->n_graphs; k++)
-			if (graph(w, at->graphs[k], depth + 1, e))
+			if (graph(r, at->graphs[k], depth + 1, e))
 				return -1;
 	}
 	if (!n->op_type || strcmp(n->op_type, "Constant") || (n->domain && *n->domain && strcmp(n->domain, "ai.onnx")) ||
@@ -106,7 +187,7 @@ static int node(WSrc *w, const Onnx__NodeProto *n, int depth, Err *e)
 		if (!at->name || !out || !*out)
 			continue; /* proto2 leaves absent strings NULL */
 		if (!strcmp(at->name, "value") && at->t)
-			return tensor(w, at->t, out, e);
+			return tensor(r, at->t, out, e);
 		if (!strcmp(at->name, "value_float")) {
 			t.dtype = 1;
 			t.data = arena_dup(w->a, &at->f, 4);
@@ -186,15 +267,16 @@ static int alias(WSrc *w, const Onnx__NodeProto *n, Err *e)
 	return 0;
 }
 
-static int graph(WSrc *w, const Onnx__GraphProto *g, int depth, Err *e)
+static int graph(Rd *r, const Onnx__GraphProto *g, int depth, Err *e)
 {
+	WSrc *w = r->w;
 	if (depth > 64)
 		return errf(e, "subgraphs nested deeper than 64 levels");
 	for (size_t i = 0; i < g->n_initializer; i++)
-		if (tensor(w, g->initializer[i], g->initializer[i]->name, e))
+		if (tensor(r, g->initializer[i], g->initializer[i]->name, e))
 			return -1;
 	for (size_t i = 0; i < g->n_node; i++)
-		if (node(w, g->node[i], depth, e))
+		if (node(r, g->node[i], depth, e))
 			return -1;
 	/* The tracer exports equal parameters once, the others as Identity
 	 * nodes of it ("onnx::Mul_386" = Identity("onnx::Mul_374")): those
@@ -233,6 +315,10 @@ int wsrc_read_onnx(WSrc *w, Err *e)
 		return errf(e, "not a valid ONNX model (protobuf decoding failed); file truncated or not .onnx?");
 	if (!m->graph)
 		return errf(e, "ONNX model has no graph");
-	/* Tensors now live in the arena; the mapping is no longer needed. */
-	return graph(w, m->graph, 0, e);
+	/* Tensors now live in the arena, or in their external data files'
+	 * mappings, located from the donor's folder. */
+	const char *sl = strrchr(w->path, '/');
+	Rd r = { .w = w, .dir = !sl ? "." : sl == w->path ? "" : arena_printf(w->a, "%.*s", (int)(sl - w->path), w->path) };
+	map_init(&r.files, w->a, 4);
+	return graph(&r, m->graph, 0, e);
 }

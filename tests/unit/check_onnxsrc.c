@@ -72,6 +72,34 @@ START_TEST(onnx_donor)
 }
 END_TEST
 
+static void refuse(const char *path, const char *want);
+
+/* A donor's external tensor ([2,3] float at weights.bin, no offset) is
+ * read from its file beside the donor; a file too short is refused. */
+START_TEST(onnx_external_data)
+{
+	FILE *f = fopen(fx("testdata/unit/onnx/external.onnx"), "rb");
+	unsigned char b[1024];
+	size_t n = fread(b, 1, sizeof b, f);
+	fclose(f);
+	const char *donor = tu_write("external.onnx", b, n);
+	float v[6] = { 0.5f, -1.0f, 2.0f, 3.25f, -4.0f, 8.0f };
+	tu_write("weights.bin", v, sizeof v);
+	Arena *a = arena_new();
+	Err e = { "" };
+	WSrc *w = wsrc_open(donor, NULL, a, &e);
+	ck_assert_msg(w != NULL, "%s", e.msg);
+	const WTensor *t = wsrc_get(w, "ext.w");
+	ck_assert_ptr_nonnull(t);
+	ck_assert_uint_eq(t->nbytes, sizeof v);
+	ck_assert_mem_eq(t->data, v, sizeof v);
+	wsrc_close(w);
+	arena_free(a);
+	tu_write("weights.bin", v, sizeof v - 4);
+	refuse(donor, "tensor 'ext.w': external data offset 0 + length 24 runs past the end of 'weights.bin' (20 bytes); the data file is truncated or not the one this model was saved with");
+}
+END_TEST
+
 static void refuse(const char *path, const char *want)
 {
 	Arena *a = arena_new();
@@ -85,8 +113,12 @@ static void refuse(const char *path, const char *want)
 
 START_TEST(onnx_malformed)
 {
-	refuse(fx("testdata/unit/onnx/external.onnx"),
-		"tensor 'ext.w' keeps its data in an external file; external data is not supported yet: save the donor with onnx.save(m, path, save_as_external_data=False)");
+	/* External data is looked for beside the donor, under the model's
+	 * rules (see onnx_external_data). */
+	char want[1024];
+	snprintf(want, sizeof want, "tensor 'ext.w': external data file 'weights.bin' (%s): No such file or directory; put it beside the model",
+		 fx("testdata/unit/onnx/weights.bin"));
+	refuse(fx("testdata/unit/onnx/external.onnx"), want);
 	refuse(fx("testdata/unit/onnx/badraw.onnx"), "tensor 'bad.raw': raw_data holds 12 bytes, float of this shape needs 16");
 	refuse(fx("testdata/unit/onnx/badcount.onnx"), "tensor 'bad.count': 2 values in its typed field, shape needs 4");
 	refuse(fx("testdata/unit/onnx/string.onnx"), "tensor 's' has data type 8 (string), which holds no fixed-size numbers");
@@ -110,6 +142,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
 	tcase_add_test(tc, onnx_donor);
 	tcase_add_test(tc, onnx_malformed);
+	tcase_add_test(tc, onnx_external_data);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
