@@ -228,7 +228,7 @@ int model_wire_check(const void *p, size_t n, Err *e)
 
 /* --- external data -------------------------------------------------------- */
 
-static const char *ext_get(const Onnx__TensorProto *t, const char *key)
+const char *model_ext_get(const Onnx__TensorProto *t, const char *key)
 {
 	for (size_t i = 0; i < t->n_external_data; i++)
 		if (t->external_data[i]->key && !strcmp(t->external_data[i]->key, key))
@@ -244,7 +244,7 @@ static int is_external(const Onnx__TensorProto *t)
 /* Decimal, non-negative; absent gives dflt. */
 static int ext_num(const Model *md, const Onnx__TensorProto *t, const char *key, int64_t dflt, int64_t *v, Err *e)
 {
-	const char *s = ext_get(t, key);
+	const char *s = model_ext_get(t, key);
 	if (!s) {
 		*v = dflt;
 		return 0;
@@ -386,7 +386,7 @@ static int ext_range(Model *md, const Onnx__TensorProto *t, const ExtFile *x, in
  * a bad one later with a vaguer message. */
 static int ext_check(Model *md, const Onnx__TensorProto *t, Err *e)
 {
-	const char *loc = ext_get(t, "location");
+	const char *loc = model_ext_get(t, "location");
 	if (!loc)
 		return errf(e, "%s: tensor '%s': data_location is EXTERNAL but there is no 'location' key; fix the model",
 		            md->path, t->name ? t->name : "");
@@ -965,7 +965,7 @@ int model_tensor_data(Model *md, const Onnx__TensorProto *t, const void **p, siz
 		}
 		return errf(e, "%s: tensor '%s' keeps its values in typed fields, not raw_data", md->path, name);
 	}
-	const char *loc = ext_get(t, "location");
+	const char *loc = model_ext_get(t, "location");
 	ExtFile *x = loc ? map_get(&md->ext, loc) : NULL;
 	if (!x) /* a tensor a pass made EXTERNAL after load: validate it now */
 		if (ext_check(md, t, e) < 0 || !(x = map_get(&md->ext, loc)))
@@ -1725,7 +1725,7 @@ static int copy_visit(Model *md, Onnx__TensorProto *t, void *ud, Err *e)
 {
 	static const unsigned char zero[EXT_ALIGN];
 	Copy *c = ud;
-	const char *loc = is_external(t) ? ext_get(t, "location") : NULL;
+	const char *loc = is_external(t) ? model_ext_get(t, "location") : NULL;
 	const ExtFile *x = loc ? map_get(&md->ext, loc) : NULL;
 	if (!x || !x->copy)
 		return 0;

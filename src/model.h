@@ -93,6 +93,9 @@ int model_save_check(Model *md, const char *out, const char *data, int flags, Er
  * stay cached; reading again faults them back). */
 void model_drop(Model *md);
 
+/* The value of an external tensor's entry (location, offset, length); an
+ * entry without value reads as ""; NULL when absent. */
+const char *model_ext_get(const Onnx__TensorProto *t, const char *key);
 /* Where an external data location of a model in folder dir points: its
  * path, the file's stat in st; NULL (e set, saying why and what to do)
  * unless it is relative, without a '..' component, with no symlink on the

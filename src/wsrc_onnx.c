@@ -5,12 +5,10 @@
  * Constant's "/m/Constant_output_0") is also found under the module of
  * each node reading it (see alias). */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "model.h"
 #include "onnx.pb-c.h"
@@ -29,18 +27,10 @@ typedef struct {
 	size_t len;
 } Ext;
 
-static const char *entry(const Onnx__TensorProto *tp, const char *key)
-{
-	for (size_t i = 0; i < tp->n_external_data; i++)
-		if (tp->external_data[i]->key && !strcmp(tp->external_data[i]->key, key))
-			return tp->external_data[i]->value ? tp->external_data[i]->value : "";
-	return NULL;
-}
-
 /* A decimal entry (offset, length), absent: dflt; -1 when not one. */
 static int64_t entry_num(const Onnx__TensorProto *tp, const char *key, int64_t dflt)
 {
-	const char *v = entry(tp, key);
+	const char *v = model_ext_get(tp, key);
 	if (!v)
 		return dflt;
 	char *end;
@@ -53,7 +43,7 @@ static int64_t entry_num(const Onnx__TensorProto *tp, const char *key, int64_t d
  * are held to the rules of the model's own (model_ext_path). */
 static const void *external(Rd *r, const Onnx__TensorProto *tp, const char *name, int64_t nb, Err *e)
 {
-	const char *loc = entry(tp, "location");
+	const char *loc = model_ext_get(tp, "location");
 	if (!loc) {
 		errf(e, "tensor '%s': data_location is EXTERNAL but there is no 'location' key", name);
 		return NULL;
