@@ -242,7 +242,7 @@ static int is_external(const Onnx__TensorProto *t)
 }
 
 /* Decimal, non-negative; absent gives dflt. */
-static int ext_num(const Model *md, const Onnx__TensorProto *t, const char *key, int64_t dflt, int64_t *v, Err *e)
+static int ext_num(const Onnx__TensorProto *t, const char *key, int64_t dflt, int64_t *v, Err *e)
 {
 	const char *s = model_ext_get(t, key);
 	if (!s) {
@@ -253,8 +253,7 @@ static int ext_num(const Model *md, const Onnx__TensorProto *t, const char *key,
 	errno = 0;
 	long long x = strtoll(s, &end, 10);
 	if (!*s || *end || errno || x < 0 || *s == '-' || *s == '+' || *s == ' ')
-		return errf(e, "%s: tensor '%s': external data %s '%s' is not a non-negative integer; fix the model's external_data entry",
-		            md->path, t->name ? t->name : "", key, s);
+		return errf(e, "external data %s '%s' is not a non-negative integer; fix the model's external_data entry", key, s);
 	*v = x;
 	return 0;
 }
@@ -357,28 +356,32 @@ static int64_t need_bytes(const Onnx__TensorProto *t)
 	return (int64_t)n;
 }
 
-/* Offset and length of t's bytes in its file. Without a length key, ONNX
- * Runtime reads what dims x type need (the onnx Python package reads to
- * the end of the file); taking the former keeps both readings valid. */
-static int ext_range(Model *md, const Onnx__TensorProto *t, const ExtFile *x, int64_t *off, int64_t *len, Err *e)
+/* Without a length key, ONNX Runtime reads what dims x type need (the onnx
+ * Python package reads to the end of the file); taking the former keeps
+ * both readings valid. */
+int model_ext_range(const Onnx__TensorProto *t, const char *loc, long long size, int64_t *off, int64_t *len, Err *e)
 {
-	const char *name = t->name ? t->name : "";
 	int64_t need = need_bytes(t);
 	if (need == -2)
-		return errf(e, "%s: tensor '%s': invalid dims", md->path, name);
-	if (ext_num(md, t, "offset", 0, off, e) < 0)
+		return errf(e, "invalid dims");
+	if (ext_num(t, "offset", 0, off, e) < 0)
 		return -1;
-	if (*off > x->size)
-		return errf(e, "%s: tensor '%s': external data offset %" PRId64 " is past the end of '%s' (%lld bytes)",
-		            md->path, name, *off, x->loc, (long long)x->size);
-	if (ext_num(md, t, "length", need >= 0 ? need : x->size - *off, len, e) < 0)
+	if (*off > size)
+		return errf(e, "external data offset %" PRId64 " is past the end of '%s' (%lld bytes)", *off, loc, size);
+	if (ext_num(t, "length", need >= 0 ? need : size - *off, len, e) < 0)
 		return -1;
-	if (*len > x->size - *off)
-		return errf(e, "%s: tensor '%s': external data offset %" PRId64 " + length %" PRId64 " runs past the end of '%s' (%lld bytes); the data file is truncated or not the one this model was saved with",
-		            md->path, name, *off, *len, x->loc, (long long)x->size);
+	if (*len > size - *off)
+		return errf(e, "external data offset %" PRId64 " + length %" PRId64 " runs past the end of '%s' (%lld bytes); the data file is truncated or not the one this model was saved with",
+		            *off, *len, loc, size);
 	if (need >= 0 && need != *len)
-		return errf(e, "%s: tensor '%s': external data in '%s' holds %" PRId64 " bytes but its dims and type need %" PRId64,
-		            md->path, name, x->loc, *len, need);
+		return errf(e, "external data in '%s' holds %" PRId64 " bytes but its dims and type need %" PRId64, loc, *len, need);
+	return 0;
+}
+
+static int ext_range(Model *md, const Onnx__TensorProto *t, const ExtFile *x, int64_t *off, int64_t *len, Err *e)
+{
+	if (model_ext_range(t, x->loc, (long long)x->size, off, len, e) < 0)
+		return errwrap(e, "%s: tensor '%s'", md->path, t->name ? t->name : "");
 	return 0;
 }
 
@@ -823,7 +826,7 @@ static Onnx__ModelProto *unpack_cut(Model *md, const Cuts *c, const uint8_t *p, 
 
 /* --- load ----------------------------------------------------------------- */
 
-static const char *dir_of(Arena *a, const char *path)
+const char *model_dir_of(Arena *a, const char *path)
 {
 	const char *sl = strrchr(path, '/');
 	if (!sl)
@@ -837,7 +840,7 @@ static const char *dir_of(Arena *a, const char *path)
 
 static int load(Model *md, const char *path, Arena *a, Err *e)
 {
-	*md = (Model){ .path = path, .a = a, .dir = dir_of(a, path) };
+	*md = (Model){ .path = path, .a = a, .dir = model_dir_of(a, path) };
 	map_init(&md->ext, a, 0);
 	struct stat st;
 	int fd = file_open_regular(path, &st, "give the model as a file", e);
@@ -1305,22 +1308,6 @@ static int same_bytes(const char *p1, const char *p2)
 	return ok;
 }
 
-/* The folder a file is written into ("." for a bare name), malloc'ed. */
-static char *folder_of(const char *out)
-{
-	char *od = strdup(out);
-	if (!od)
-		return NULL;
-	char *sl = strrchr(od, '/');
-	if (!sl)
-		strcpy(od, ".");
-	else if (sl == od)
-		sl[1] = 0;
-	else
-		*sl = 0;
-	return od;
-}
-
 /* Untouched external tensors keep their relative location where out's
  * folder shows the same bytes under it: the input's own folder, a hard
  * link, a byte-identical copy (compared when bytes is set; else being
@@ -1331,9 +1318,7 @@ static char *folder_of(const char *out)
  * or -1. */
 static int ext_kept(Model *md, const char *out, int bytes, int copy, Err *e)
 {
-	char *od = folder_of(out);
-	if (!od)
-		return errf(e, "%s: out of memory", out);
+	const char *od = model_dir_of(md->a, out);
 	struct stat si, so;
 	int same = stat(md->dir, &si) == 0 && stat(od, &so) == 0 && same_file(&si, &so);
 	int n = 0;
@@ -1364,7 +1349,6 @@ static int ext_kept(Model *md, const char *out, int bytes, int copy, Err *e)
 			n = errf(e, "%s: %s differs from the input's external data %s; write the output into %s, or replace %s with a copy",
 			         out, p, x->path, md->dir, p);
 	}
-	free(od);
 	return n;
 }
 
@@ -1581,7 +1565,7 @@ static void set_entry(Arena *a, Onnx__StringStringEntryProto **slot, const char 
  * file system has no flock, the save goes ahead unlocked. */
 static int lock_folder_of(Arena *a, const char *path)
 {
-	int fd = open(dir_of(a, path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = open(model_dir_of(a, path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	while (fd >= 0 && flock(fd, LOCK_EX) < 0 && errno == EINTR)
 		;
 	return fd;
@@ -1608,12 +1592,7 @@ static const char *data_path(Model *md, const char *out, const char *data, Err *
 		errf(e, "--external-data %s: give a file name relative to the output's folder (no '..', not absolute), as ONNX stores it", data);
 		return NULL;
 	}
-	char *od = arena_strdup(md->a, out), *sl = strrchr(od, '/');
-	if (!sl)
-		od = ".";
-	else
-		sl[sl == od] = 0;
-	return arena_printf(md->a, "%s/%s", od, data);
+	return arena_printf(md->a, "%s/%s", model_dir_of(md->a, out), data);
 }
 
 /* What the data file may not be: one of the input's data files, or a
@@ -1624,20 +1603,17 @@ static int data_clashes(Model *md, const char *out, const char *path, Err *e)
 	struct stat st, si;
 	if (stat(path, &st) < 0)
 		return 0;
-	char *od = NULL;
+	const char *od = model_dir_of(md->a, out);
 	int rc = 0;
 	for (size_t i = 0; i < md->ext.cap && !rc; i++) {
 		const ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
 		if (!x || x->copy)
 			continue;
-		if (!od && !(od = folder_of(out)))
-			return errf(e, "%s: out of memory", out);
 		struct stat sk;
 		if ((st.st_dev == x->dev && st.st_ino == x->ino) ||
 		    (stat(arena_printf(md->a, "%s/%s", od, x->loc), &sk) == 0 && same_file(&st, &sk)))
 			rc = errf(e, "%s: is the input's external data '%s', which the output still references; choose another --external-data name", path, x->loc);
 	}
-	free(od);
 	if (!rc && stat(md->path, &si) == 0 && same_file(&st, &si))
 		rc = errf(e, "%s: is the input model; choose another --external-data name", path);
 	return rc;

@@ -4,6 +4,7 @@
 #ifndef MODEL_H
 #define MODEL_H
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include "arena.h"
 #include "err.h"
@@ -96,6 +97,12 @@ void model_drop(Model *md);
 /* The value of an external tensor's entry (location, offset, length); an
  * entry without value reads as ""; NULL when absent. */
 const char *model_ext_get(const Onnx__TensorProto *t, const char *key);
+/* The folder of a file's path: "." for a bare name, "/" at the root. */
+const char *model_dir_of(Arena *a, const char *path);
+/* Offset and length of an external tensor's bytes in its file (size
+ * bytes, named loc in messages), from its entries; -1 (e set) when they
+ * are not numbers, pass the file's end, or disagree with dims x type. */
+int model_ext_range(const Onnx__TensorProto *t, const char *loc, long long size, int64_t *off, int64_t *len, Err *e);
 /* Where an external data location of a model in folder dir points: its
  * path, the file's stat in st; NULL (e set, saying why and what to do)
  * unless it is relative, without a '..' component, with no symlink on the

@@ -4,10 +4,7 @@
  * A tensor the exporter left unnamed as a parameter ("onnx::Mul_3540", a
  * Constant's "/m/Constant_output_0") is also found under the module of
  * each node reading it (see alias). */
-#include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
@@ -27,21 +24,9 @@ typedef struct {
 	size_t len;
 } Ext;
 
-/* A decimal entry (offset, length), absent: dflt; -1 when not one. */
-static int64_t entry_num(const Onnx__TensorProto *tp, const char *key, int64_t dflt)
-{
-	const char *v = model_ext_get(tp, key);
-	if (!v)
-		return dflt;
-	char *end;
-	errno = 0;
-	long long n = strtoll(v, &end, 10);
-	return *v >= '0' && *v <= '9' && !*end && !errno ? (int64_t)n : -1;
-}
-
-/* The nb bytes of an external tensor, in its file's mapping. Locations
- * are held to the rules of the model's own (model_ext_path). */
-static const void *external(Rd *r, const Onnx__TensorProto *tp, const char *name, int64_t nb, Err *e)
+/* An external tensor's bytes, in its file's mapping. Locations and ranges
+ * are held to the rules of the model's own (model_ext_path, model_ext_range). */
+static const void *external(Rd *r, const Onnx__TensorProto *tp, const char *name, Err *e)
 {
 	const char *loc = model_ext_get(tp, "location");
 	if (!loc) {
@@ -63,18 +48,9 @@ static const void *external(Rd *r, const Onnx__TensorProto *tp, const char *name
 		x->len = len;
 		map_put(&r->files, arena_strdup(r->w->a, loc), x);
 	}
-	int64_t off = entry_num(tp, "offset", 0), len = entry_num(tp, "length", nb);
-	if (off < 0 || len < 0) {
-		errf(e, "tensor '%s': external data offset or length is not a non-negative decimal number", name);
-		return NULL;
-	}
-	if (len != nb) {
-		errf(e, "tensor '%s': external data in '%s' holds %" PRId64 " bytes but its dims and type need %" PRId64, name, loc, len, nb);
-		return NULL;
-	}
-	if ((uint64_t)off > x->len || (uint64_t)len > x->len - (uint64_t)off) {
-		errf(e, "tensor '%s': external data offset %" PRId64 " + length %" PRId64 " runs past the end of '%s' (%zu bytes); the data file is truncated or not the one this model was saved with",
-		     name, off, len, loc, x->len);
+	int64_t off, len;
+	if (model_ext_range(tp, loc, (long long)x->len, &off, &len, e) < 0) {
+		errwrap(e, "tensor '%s'", name);
 		return NULL;
 	}
 	return x->base + off;
@@ -140,7 +116,7 @@ static int tensor(Rd *r, const Onnx__TensorProto *tp, const char *name, Err *e)
 	if (nb < 0)
 		return errf(e, "tensor '%s': shape overflows or has a negative dimension", name);
 	if (tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
-		if (!(t.data = external(r, tp, name, nb, e)))
+		if (!(t.data = external(r, tp, name, e)))
 			return -1;
 	} else if (tp->has_raw_data) {
 		if ((uint64_t)tp->raw_data.len != (uint64_t)nb)
@@ -307,8 +283,7 @@ int wsrc_read_onnx(WSrc *w, Err *e)
 		return errf(e, "ONNX model has no graph");
 	/* Tensors now live in the arena, or in their external data files'
 	 * mappings, located from the donor's folder. */
-	const char *sl = strrchr(w->path, '/');
-	Rd r = { .w = w, .dir = !sl ? "." : sl == w->path ? "" : arena_printf(w->a, "%.*s", (int)(sl - w->path), w->path) };
+	Rd r = { .w = w, .dir = model_dir_of(w->a, w->path) };
 	map_init(&r.files, w->a, 4);
 	return graph(&r, m->graph, 0, e);
 }
