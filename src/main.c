@@ -435,9 +435,10 @@ static int write_spec(const char *path, const Spec *s, Arena *a, Err *e)
 }
 
 /* One input's report entry: what main knows (input, output, status, the
- * error) around the Report's members. oneline: a JSON Lines record. */
+ * error, external data the save copied: md NULL or md->copied_to NULL,
+ * none) around the Report's members. oneline: a JSON Lines record. */
 static void entry(FILE *js, int oneline, const char *in, const char *out, const char *status, const char *err,
-                  const Report *r)
+                  const Model *md, const Report *r)
 {
 	fputs(oneline ? "{\"input\": " : "  {\"input\": ", js);
 	json_str(js, in);
@@ -448,6 +449,13 @@ static void entry(FILE *js, int oneline, const char *in, const char *out, const 
 		fputs("\"error\": ", js);
 		json_str(js, err);
 		fputs(", ", js);
+	}
+	if (md && md->copied_to) {
+		/* A pipeline moving outputs on must move this file with them. */
+		fprintf(js, "\"external_data_copied\": {\"tensors\": %zu, \"bytes\": %llu, \"into\": ", md->ncopied,
+		        md->copied);
+		json_str(js, md->copied_to);
+		fputs("}, ", js);
 	}
 	if (oneline)
 		report_json_line(js, r);
@@ -606,7 +614,7 @@ done:
 	if (js)
 		entry(js, oneline, in, rc == 2 ? NULL : out,
 		      rc == 2 ? "error" : mode == RUN_REPAIR ? (r.changed ? "repaired" : "written") : r.damaged ? "damaged" : "intact",
-		      rc == 2 ? e->msg : NULL, &r);
+		      rc == 2 ? e->msg : NULL, rc != 2 && mode == RUN_REPAIR ? &md : NULL, &r);
 	if (loaded)
 		model_close(&md);
 	arena_free(a);
@@ -726,7 +734,7 @@ int main(int argc, char **argv)
 			/* Every input gets its entry, failed with the run. */
 			Report none = { 0 };
 			if (es)
-				entry(es, lines, g.in[i], NULL, "error", fatal, &none);
+				entry(es, lines, g.in[i], NULL, "error", fatal, NULL, &none);
 		} else {
 			rc = run(&g, sp, g.in[i], es, lines, &e);
 			if (rc == 2)

@@ -49,6 +49,28 @@ valid "report document: escaped name, the error recorded, exit_status 2" "$T/r.j
 	'd["exit_status"] == 2 and d["mode"] == "repair" and len(d["models"]) == 2 and d["models"][0]["input"].endswith("\"ird\\na\tme.onnx") and d["models"][0]["status"] == "written" and d["models"][1]["status"] == "error" and "empty file" in d["models"][1]["error"]'
 ls -a "$T" | grep -q '^\.r\.json\.' && fail "report temp left behind"
 
+# External data copied into another folder is in the entry, and only there.
+mkdir "$T/e" "$T/e2"
+head -c 300 /dev/urandom >"$T/e/w.bin"
+mkmodel "$T/e/x.onnx" 100 w.bin 200 100
+expect 0 "--report, external data copied into another folder" -- \
+	"$BIN" --passthrough --report "$T/ext.json" -o "$T/e2/x.onnx" "$T/e/x.onnx"
+valid "report: external_data_copied gives tensors, bytes and the file" "$T/ext.json" \
+	'(lambda c: c["tensors"] == 1 and c["bytes"] == 100 and c["into"] == "'"$T/e2/x.onnx.data"'")(d["models"][0]["external_data_copied"])'
+grep -q "external tensors (0.0 MiB) copied into $T/e2/x.onnx.data" "$T/err" ||
+	fail "the copy line on standard error: $(cat "$T/err")"
+"$BIN" -q --passthrough --report - -o "$T/e/y.onnx" "$T/e/x.onnx" >"$T/kept.jsonl" 2>"$T/err" ||
+	fail "--report -, external data kept beside the input: $(cat "$T/err")"
+valid "report: no external_data_copied when nothing was copied" --lines "$T/kept.jsonl" \
+	'len(d) == 1 and "external_data_copied" not in d[0] and d[0]["status"] == "written"'
+sed 's/"status": "written"/"status": "damaged"/; s/"output": "[^"]*"/"output": null/; s/"damaged": false/"damaged": true/' \
+	"$T/ext.json" >"$T/bad5.json"
+invalid "a copy reported for a check's entry" "$T/bad5.json"
+sed 's/"external_data_copied": {[^}]*}, //' "$T/bad5.json" >"$T/nocopy.json"
+valid "the same entry without the copy" "$T/nocopy.json" '"external_data_copied" not in d["models"][0]'
+sed 's/"tensors": 1/"tensors": 0/' "$T/ext.json" >"$T/bad6.json"
+invalid "a copy of no tensors" "$T/bad6.json"
+
 # The validator is live: wrong fields are refused.
 sed 's/"status": "written"/"status": "fine"/' "$T/r.json" >"$T/bad1.json"
 invalid "an unknown status" "$T/bad1.json"
