@@ -25,17 +25,24 @@ static Graph *graph_new(Ctx *c, Onnx__GraphProto *gp, Graph *parent, Node *owner
 	return g;
 }
 
-static Val *def_val(Ctx *c, Graph *g, const char *name, Err *e)
+/* name's value in g, made when new; h is map_key_hash(name). */
+static Val *def_val_h(Ctx *c, Graph *g, const char *name, uint64_t h)
 {
-	Val **r = (Val **)map_ref(&g->val, name);
+	Val **r = (Val **)map_ref_h(&g->val, name, h);
 	if (*r)
 		return *r;
 	Val *v = *r = arena_alloc(c->ia, sizeof *v);
 	v->name = name;
 	v->g = g;
 	if (!c->named)
-		map_put(&c->names, name, (void *)1);
+		*map_ref_h(&c->names, name, h) = (void *)1;
 	return v;
+}
+
+static Val *def_val(Ctx *c, Graph *g, const char *name, Err *e)
+{
+	(void)e;
+	return def_val_h(c, g, name, map_key_hash(name));
 }
 
 struct NodeMemo {
@@ -76,26 +83,38 @@ static NodeInfo *place(Ctx *c, Node *n, Graph *g, size_t pos)
 }
 
 /* k's node (placed in k->g) produces its output j from now on. */
-static void set_def(Ctx *c, NodeInfo *k, size_t j)
+/* Output j of k's node defines its value; h: map_key_hash of its name. */
+static void set_def_h(Ctx *c, NodeInfo *k, size_t j, uint64_t h)
 {
-	Val *v = def_val(c, k->g, k->n->output[j], NULL);
+	Val *v = def_val_h(c, k->g, k->n->output[j], h);
 	v->def = k->n;
 	v->dk = k;
 	if (j < k->nout)
 		k->out[j] = v;
 }
 
-Val *g_val(const Graph *g, const char *name)
+static void set_def(Ctx *c, NodeInfo *k, size_t j)
+{
+	set_def_h(c, k, j, map_key_hash(k->n->output[j]));
+}
+
+static Val *val_h(const Graph *g, const char *name, uint64_t h)
 {
 	for (; g; g = g->parent) {
-		Val *v = map_get(&g->val, name);
+		Val *v = map_get_h(&g->val, name, h);
 		if (v)
 			return v;
 	}
 	return NULL;
 }
 
-static Val *in_val(NodeInfo *k, size_t j)
+Val *g_val(const Graph *g, const char *name)
+{
+	return val_h(g, name, map_key_hash(name));
+}
+
+/* Input j's value; h: map_key_hash of its name, 0 to compute it here. */
+static Val *in_val_h(NodeInfo *k, size_t j, uint64_t h)
 {
 	/* The memo first: one is made only for a name that is not empty, and
 	 * the node's input array and the name's first byte are two cache
@@ -105,7 +124,7 @@ static Val *in_val(NodeInfo *k, size_t j)
 	const char *name = k->n->input[j];
 	if (!*name)
 		return NULL;
-	Val *v = g_val(k->g, name);
+	Val *v = val_h(k->g, name, h ? h : map_key_hash(name));
 	if (j < k->nin)
 		k->in[j] = v;
 	/* The name is now the value's own string: later lookups of it find
@@ -113,6 +132,11 @@ static Val *in_val(NodeInfo *k, size_t j)
 	if (v)
 		k->n->input[j] = (char *)v->name;
 	return v;
+}
+
+static Val *in_val(NodeInfo *k, size_t j)
+{
+	return in_val_h(k, j, 0);
 }
 
 Val *g_in(NodeInfo *k, size_t j)
@@ -185,6 +209,39 @@ static void add_outer(Ctx *c, Graph *g, const char *name)
 }
 
 /* Defines the values of g (inputs, initializers, node outputs). */
+/* The hashes of a node's names, taken AHEAD nodes before the index gets
+ * to it, where their slots are prefetched, and used there: each name is
+ * hashed once. Names past AHEAD_NAMES are hashed where used. */
+enum { AHEAD_NAMES = 6 };
+typedef struct {
+	uint64_t name, h[AHEAD_NAMES];
+} Ahead;
+
+static void ahead_outputs(Ctx *c, Graph *g, const Node *f, Ahead *r)
+{
+	map_prefetch(&c->node, f);
+	if (f->name && *f->name && !c->named) {
+		r->name = map_key_hash(f->name);
+		map_prefetch_h(&c->names, r->name);
+	}
+	for (size_t j = 0; j < f->n_output && j < AHEAD_NAMES; j++) {
+		r->h[j] = map_key_hash(f->output[j]);
+		map_prefetch_h(&g->val, r->h[j]);
+		if (!c->named)
+			map_prefetch_h(&c->names, r->h[j]);
+	}
+}
+
+/* The same for inputs, whose values may be in an enclosing graph: its
+ * map's slot comes when the lookup gets there. */
+static void ahead_inputs(const Graph *g, const Node *f, Ahead *r)
+{
+	for (size_t j = 0; j < f->n_input && j < AHEAD_NAMES; j++) {
+		r->h[j] = map_key_hash(f->input[j]);
+		map_prefetch_h(&g->val, r->h[j]);
+	}
+}
+
 static int define_graph(Ctx *c, Graph *g, Err *e)
 {
 	Onnx__GraphProto *gp = g->gp;
@@ -202,26 +259,19 @@ static int define_graph(Ctx *c, Graph *g, Err *e)
 	}
 	g->order = arena_alloc_raw(c->ia, (gp->n_node ? gp->n_node : 1) * sizeof *g->order);
 	g->caporder = gp->n_node;
+	Ahead ring[AHEAD];
+	for (size_t i = 0; i < AHEAD && i < gp->n_node; i++)
+		ahead_outputs(c, g, gp->node[i], &ring[i]);
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
-		if (i + AHEAD < gp->n_node) {
-			Node *f = gp->node[i + AHEAD];
-			map_prefetch(&c->node, f);
-			if (f->name && *f->name && !c->named)
-				map_prefetch(&c->names, f->name);
-			for (size_t j = 0; j < f->n_output; j++) {
-				map_prefetch(&g->val, f->output[j]);
-				if (!c->named)
-					map_prefetch(&c->names, f->output[j]);
-			}
-		}
+		Ahead *r = &ring[i % AHEAD];
 		NodeInfo *k = g->order[g->norder++] = place(c, n, g, i);
 		if (n->name && *n->name && !c->named)
-			map_put(&c->names, n->name, (void *)1);
+			*map_ref_h(&c->names, n->name, r->name) = (void *)1;
 		for (size_t j = 0; j < n->n_output; j++) {
 			if (!*n->output[j])
 				continue;
-			Val *v = def_val(c, g, n->output[j], e);
+			Val *v = def_val_h(c, g, n->output[j], j < AHEAD_NAMES ? r->h[j] : map_key_hash(n->output[j]));
 			if (v->def || v->init)
 				return errf(e, "value '%s' has two producers (node '%s' and %s '%s'); the model is malformed",
 					    v->name, n->name ? n->name : "", v->def ? "node" : "initializer",
@@ -230,6 +280,8 @@ static int define_graph(Ctx *c, Graph *g, Err *e)
 			v->dk = k;
 			k->out[j] = v;
 		}
+		if (i + AHEAD < gp->n_node)
+			ahead_outputs(c, g, gp->node[i + AHEAD], r);
 	}
 	for (size_t i = 0; i < gp->n_output; i++) {
 		Val *v = def_val(c, g, gp->output[i]->name, e);
@@ -276,23 +328,24 @@ static int index_graph(Ctx *c, Graph *g, Err *e)
 			}
 		}
 	}
+	Ahead ring[AHEAD];
+	for (size_t i = 0; i < AHEAD && i < gp->n_node; i++)
+		ahead_inputs(g, gp->node[i], &ring[i]);
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
+		Ahead *r = &ring[i % AHEAD];
 		NodeInfo *k = g_node_at(c, g, i);
-		if (i + AHEAD < gp->n_node) {
-			Node *f = gp->node[i + AHEAD];
-			for (size_t j = 0; j < f->n_input; j++)
-				map_prefetch(&g->val, f->input[j]);
-		}
 		for (size_t j = 0; j < n->n_input; j++) {
 			const char *name = n->input[j];
-			Val *v = in_val(k, j);
+			Val *v = in_val_h(k, j, j < AHEAD_NAMES ? r->h[j] : 0);
 			if (!v)
 				continue; /* empty, or undefined: the checker reports it with context */
 			add_use(c, v, k, g);
 			for (Graph *h = g; h && h != v->g; h = h->parent)
 				add_outer(c, h, name);
 		}
+		if (i + AHEAD < gp->n_node)
+			ahead_inputs(g, gp->node[i + AHEAD], r);
 	}
 	/* Graph outputs of a body may be outer values (If else-branch Identity-free forms). */
 	for (size_t i = 0; i < gp->n_output; i++) {
@@ -620,10 +673,13 @@ int g_is_zero(const Graph *g, const char *name)
 	return p && g_bytes_zero(p, nb, mask);
 }
 
-const char *g_fresh(Ctx *c, const char *base)
+/* g_fresh, and *h the new name's map_key_hash: callers defining a value
+ * of that name look it up with it. */
+static const char *fresh_h(Ctx *c, const char *base, uint64_t *h)
 {
 	int added;
-	const char *b = map_add(&c->names, c->a, base, &added);
+	*h = map_key_hash(base);
+	const char *b = map_add(&c->names, c->a, base, *h, &added);
 	if (added)
 		return b;
 	/* base_1, base_2, ...: a counter per base keeps names short and the
@@ -635,12 +691,19 @@ const char *g_fresh(Ctx *c, const char *base)
 	for (;;) {
 		*k = (void *)((uintptr_t)*k + 1);
 		const char *s = arena_printf(c->a, "%s_%zu", base, (size_t)(uintptr_t)*k);
-		void **r = map_ref(&c->names, s);
+		*h = map_key_hash(s);
+		void **r = map_ref_h(&c->names, s, *h);
 		if (!*r) {
 			*r = (void *)s;
 			return s;
 		}
 	}
+}
+
+const char *g_fresh(Ctx *c, const char *base)
+{
+	uint64_t h;
+	return fresh_h(c, base, &h);
 }
 
 /* Input j of n (index entry k, or NULL) reads v, the value's own string
@@ -771,7 +834,8 @@ Tensor *g_add_init(Ctx *c, Graph *g, const char *name, int dtype,
 {
 	Tensor *t = arena_alloc(c->a, sizeof *t);
 	onnx__tensor_proto__init(t);
-	t->name = (char *)g_fresh(c, name);
+	uint64_t h;
+	t->name = (char *)fresh_h(c, name, &h);
 	t->has_data_type = 1;
 	t->data_type = dtype;
 	t->dims = arena_dup(c->a, dims, (ndims ? ndims : 1) * sizeof *dims);
@@ -787,8 +851,7 @@ Tensor *g_add_init(Ctx *c, Graph *g, const char *name, int dtype,
 		g->capinit = cap;
 	}
 	gp->initializer[gp->n_initializer++] = t;
-	Err e;
-	Val *v = def_val(c, g, t->name, &e);
+	Val *v = def_val_h(c, g, t->name, h);
 	v->init = t;
 	if (g->nival == gp->n_initializer - 1) {
 		g->ival = grow_arr(c, g->ival, g->nival, &g->capival, sizeof *g->ival);
@@ -863,7 +926,8 @@ void g_set_name(Ctx *c, Node *n, const char *base)
 }
 
 /* Output idx of n reads `to` (a string the model keeps) from now on. */
-static void rename_output(Ctx *c, Node *n, size_t idx, char *to)
+/* h: map_key_hash(to). */
+static void rename_output(Ctx *c, Node *n, size_t idx, char *to, uint64_t h)
 {
 	c->edits++;
 	NodeInfo *k = info(c, n);
@@ -879,19 +943,21 @@ static void rename_output(Ctx *c, Node *n, size_t idx, char *to)
 	if (k && idx < k->nout)
 		k->out[idx] = NULL;
 	if (k && *to)
-		set_def(c, k, idx);
+		set_def_h(c, k, idx, h);
 }
 
 void g_rename_output(Ctx *c, Node *n, size_t idx, const char *to)
 {
 	/* g_fresh's names (the usual ones) are the model's already. */
-	rename_output(c, n, idx, map_get(&c->names, to) == to ? (char *)to : arena_strdup(c->a, to));
+	uint64_t h = map_key_hash(to);
+	rename_output(c, n, idx, map_get_h(&c->names, to, h) == to ? (char *)to : arena_strdup(c->a, to), h);
 }
 
 const char *g_fresh_output(Ctx *c, Node *n, size_t idx, const char *base)
 {
-	char *to = (char *)g_fresh(c, base);
-	rename_output(c, n, idx, to);
+	uint64_t h;
+	char *to = (char *)fresh_h(c, base, &h);
+	rename_output(c, n, idx, to, h);
 	return to;
 }
 

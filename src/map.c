@@ -38,6 +38,11 @@ static uint64_t hash(const Map *m, const void *key)
 	return fmix(m->byptr ? (uintptr_t)key : map_hash(key));
 }
 
+uint64_t map_key_hash(const char *key)
+{
+	return fmix(map_hash(key));
+}
+
 static void init(Map *m, Arena *a, size_t hint, int byptr)
 {
 	size_t cap = 16;
@@ -60,27 +65,33 @@ static MapSlot *find_h(const Map *m, const void *key, uint64_t h)
 	}
 }
 
-static MapSlot *find(const Map *m, const void *key)
+void map_prefetch_h(const Map *m, uint64_t h)
 {
-	return find_h(m, key, hash(m, key));
+	if (m->cap)
+		__builtin_prefetch(&m->slot[h & (m->cap - 1)]);
 }
 
 void map_prefetch(const Map *m, const void *key)
 {
 	if (m->cap)
-		__builtin_prefetch(&m->slot[hash(m, key) & (m->cap - 1)]);
+		map_prefetch_h(m, hash(m, key));
+}
+
+static void *get_h(const Map *m, const void *key, uint64_t h)
+{
+	if (!m->cap)
+		return NULL;
+	MapSlot *s = find_h(m, key, h);
+	return s->key ? s->val : NULL;
 }
 
 static void *get(const Map *m, const void *key)
 {
-	if (!m->cap)
-		return NULL;
-	MapSlot *s = find(m, key);
-	return s->key ? s->val : NULL;
+	return m->cap ? get_h(m, key, hash(m, key)) : NULL;
 }
 
-/* The slot of key, claimed for it when absent (value NULL). */
-static MapSlot *claim(Map *m, const void *key)
+/* The slot of key (hash h), claimed for it when absent (value NULL). */
+static MapSlot *claim_h(Map *m, const void *key, uint64_t h)
 {
 	if (!m->cap) /* zero-initialised with only .a set: start small */
 		init(m, m->a, 8, m->byptr);
@@ -94,7 +105,6 @@ static MapSlot *claim(Map *m, const void *key)
 				*find_h(m, old[i].key, old[i].hash) = old[i];
 		arena_release(m->a, old, oldcap * sizeof *old);
 	}
-	uint64_t h = hash(m, key);
 	MapSlot *s = find_h(m, key, h);
 	if (!s->key) {
 		s->key = key;
@@ -105,6 +115,11 @@ static MapSlot *claim(Map *m, const void *key)
 	return s;
 }
 
+static MapSlot *claim(Map *m, const void *key)
+{
+	return claim_h(m, key, hash(m, key));
+}
+
 static void *put(Map *m, const void *key, void *val)
 {
 	MapSlot *s = claim(m, key);
@@ -113,10 +128,10 @@ static void *put(Map *m, const void *key, void *val)
 	return prev;
 }
 
-const char *map_add(Map *m, Arena *a, const char *key, int *added)
+const char *map_add(Map *m, Arena *a, const char *key, uint64_t h, int *added)
 {
 	size_t len = m->len;
-	MapSlot *s = claim(m, key);
+	MapSlot *s = claim_h(m, key, h);
 	*added = m->len != len;
 	if (*added) {
 		s->key = arena_strdup(a, key); /* equal, so its slot stays right */
@@ -129,6 +144,8 @@ void map_init(Map *m, Arena *a, size_t hint) { init(m, a, hint, 0); }
 void *map_get(const Map *m, const char *key) { return get(m, key); }
 void *map_put(Map *m, const char *key, void *val) { return put(m, key, val); }
 void **map_ref(Map *m, const char *key) { return &claim(m, key)->val; }
+void *map_get_h(const Map *m, const char *key, uint64_t h) { return get_h(m, key, h); }
+void **map_ref_h(Map *m, const char *key, uint64_t h) { return &claim_h(m, key, h)->val; }
 void pmap_init(PMap *m, Arena *a, size_t hint) { init(m, a, hint, 1); }
 void *pmap_get(const PMap *m, const void *key) { return get(m, key); }
 void pmap_put(PMap *m, const void *key, void *val)

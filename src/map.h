@@ -31,14 +31,22 @@ void *map_put(Map *m, const char *key, void *val);
 /* The value slot of key, inserted holding NULL when absent: a get and a
  * put in one probe. The slot is valid until the next insertion. */
 void **map_ref(Map *m, const char *key);
-/* A set of names: the map's own copy of key, made in a and added (its
- * value the copy, *added 1) when key was absent. One probe. */
-const char *map_add(Map *m, Arena *a, const char *key, int *added);
+/* A set of names: the map's own copy of key (hash h, map_key_hash's),
+ * made in a and added (its value the copy, *added 1) when key was absent.
+ * One probe. */
+const char *map_add(Map *m, Arena *a, const char *key, uint64_t h, int *added);
 uint64_t map_hash(const char *s);
 /* Starts loading key's first slot into the cache (pointer keys too):
  * for loops over many keys, a few ahead of the one probed, where each
  * probe of a large table would otherwise wait for memory. */
 void map_prefetch(const Map *m, const void *key);
+/* The hash every string map takes of key: a name put in or looked up in
+ * several maps is hashed once (the index hashed each node output four
+ * times, for its prefetches and its two maps), and the _h calls take it. */
+uint64_t map_key_hash(const char *key);
+void map_prefetch_h(const Map *m, uint64_t h);
+void *map_get_h(const Map *m, const char *key, uint64_t h);
+void **map_ref_h(Map *m, const char *key, uint64_t h);
 
 void pmap_init(PMap *m, Arena *a, size_t hint);
 void *pmap_get(const PMap *m, const void *key);

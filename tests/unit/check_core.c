@@ -47,7 +47,7 @@ START_TEST(map_add_copies_once)
 	const char *first = NULL;
 	for (int i = 0; i < 3000; i++) { /* grows the table past a few rehashes */
 		snprintf(k, sizeof k, "n%d", i);
-		const char *s = map_add(&m, a, k, &added);
+		const char *s = map_add(&m, a, k, map_key_hash(k), &added);
 		ck_assert(added);
 		ck_assert_ptr_ne(s, k);
 		ck_assert_str_eq(s, k);
@@ -56,8 +56,35 @@ START_TEST(map_add_copies_once)
 			first = s;
 	}
 	strcpy(k, "n0");
-	ck_assert_ptr_eq(map_add(&m, a, k, &added), first);
+	ck_assert_ptr_eq(map_add(&m, a, k, map_key_hash(k), &added), first);
 	ck_assert(!added);
+	ck_assert_uint_eq(m.len, 3000);
+	arena_free(a);
+}
+END_TEST
+
+/* The calls given a hash find what the plain calls put, and the reverse,
+ * across the rehashes of a growing table. */
+START_TEST(map_hash_given_agrees)
+{
+	Arena *a = arena_new();
+	Map m;
+	map_init(&m, a, 0);
+	char k[3000][16];
+	for (int i = 0; i < 3000; i++) {
+		snprintf(k[i], sizeof k[i], "v/%d", i);
+		if (i % 2)
+			map_put(&m, k[i], k[i]);
+		else
+			*map_ref_h(&m, k[i], map_key_hash(k[i])) = k[i];
+	}
+	for (int i = 0; i < 3000; i++) {
+		char q[16];
+		strcpy(q, k[i]); /* equal, not the same pointer */
+		ck_assert_ptr_eq(map_get_h(&m, q, map_key_hash(q)), k[i]);
+		ck_assert_ptr_eq(map_get(&m, q), k[i]);
+	}
+	ck_assert_ptr_null(map_get_h(&m, "v/3000", map_key_hash("v/3000")));
 	ck_assert_uint_eq(m.len, 3000);
 	arena_free(a);
 }
@@ -456,6 +483,7 @@ int main(void)
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, map_many);
 	tcase_add_test(tc, map_add_copies_once);
+	tcase_add_test(tc, map_hash_given_agrees);
 	tcase_add_test(tc, arena_prefill_serves_blocks);
 	tcase_add_test(tc, arena_big_and_small);
 	tcase_add_test(tc, arena_budget_checks);
