@@ -24,8 +24,8 @@ static const char *segment(const char *name, const char *p, const char *from, si
 /* Every path segment `from` within a name becomes `to`: "experts.1" in
  * /model.11/fused/expert_projections.1/expert_projections.1.0/Conv names
  * the expert at both levels. NULL when the name holds no such segment.
- * Written to b when it fits: g_fresh keeps its own copy. */
-static const char *reseg(Ctx *c, const char *name, const char *from, const char *to, char *b, size_t cap)
+ * In c->tmp: made ahead of the clone that takes it (g_fresh copies). */
+static const char *reseg(Ctx *c, const char *name, const char *from, const char *to)
 {
 	size_t lf = strlen(from), lt = strlen(to), ln = strlen(name), n = 0;
 	if (!lf)
@@ -38,7 +38,7 @@ static const char *reseg(Ctx *c, const char *name, const char *from, const char 
 	if (!hits)
 		return NULL;
 	size_t need = ln - hits * lf + hits * lt + 1;
-	char *out = need <= cap ? b : arena_alloc_raw(c->tmp, need);
+	char *out = arena_alloc_raw(c->tmp, need);
 	const char *p = name;
 	for (const char *q; (q = segment(name, p, from, lf)); p = q + lf) {
 		memcpy(out + n, p, (size_t)(q - p));
@@ -68,10 +68,9 @@ static const char *seg(Ctx *c, const Layer *L, int id)
 /* A cloned node's name: the template's with the expert's segment renamed,
  * or, when the template's name tells nothing (renamed or name-free
  * exports), one of the exporter's form under the layer's module path. */
-static const char *clone_name(Ctx *c, const Layer *L, const Node *s, const char *from, const char *to, int id,
-			      char *b, size_t cap)
+static const char *clone_name(Ctx *c, const Layer *L, const Node *s, const char *from, const char *to, int id)
 {
-	const char *r = s->name ? reseg(c, s->name, from, to, b, cap) : NULL;
+	const char *r = s->name ? reseg(c, s->name, from, to) : NULL;
 	if (r)
 		return r;
 	const char *full = expert_path(c, L->spec, id), *scope = L->spec->scope;
@@ -90,17 +89,34 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 	Val ***over = arena_alloc(c->tmp, tpl->nnode * sizeof *over);
 	for (size_t i = 0; i < tpl->nnode; i++)
 		over[i] = arena_alloc(c->tmp, (tpl->node[i]->n_input + 1) * sizeof **over);
+	/* The clones' names first, their hash slots prefetched: the
+	 * weights are built meanwhile, and the names map and the value map
+	 * are tables of megabytes where each new name was a cache miss or
+	 * two (a 400-layer repair makes 100 000 of them). */
+	const char **nname = arena_alloc(c->tmp, tpl->nnode * sizeof *nname);
+	const char ***oname = arena_alloc(c->tmp, tpl->nnode * sizeof *oname);
+	for (size_t i = 0; i < tpl->nnode; i++) {
+		const Node *s = tpl->node[i];
+		nname[i] = clone_name(c, L, s, from, to, id);
+		g_prefetch_name(c, c->g, nname[i]);
+		oname[i] = arena_alloc(c->tmp, (s->n_output + 1) * sizeof **oname);
+		for (size_t j = 0; j < s->n_output; j++)
+			if (*s->output[j] && (oname[i][j] = reseg(c, s->output[j], from, to)))
+				g_prefetch_name(c, c->g, oname[i][j]);
+	}
+	const char **iname = arena_alloc(c->tmp, (m->n + 1) * sizeof *iname);
+	for (size_t i = 0; i < m->n; i++)
+		if (m->r[i].kind != R_SHARED) {
+			iname[i] = arena_cat(c->tmp, pre, moe_recipe_key(c->tmp, &m->r[i]), NULL);
+			g_prefetch_name(c, c->g, iname[i]);
+		}
 	MoeBnMemo bm = { 0 };
 	for (size_t i = 0; i < m->n; i++) {
 		const Recipe *r = &m->r[i];
 		if (r->kind == R_SHARED)
 			continue;
 		const Tensor *t = g_const(tpl->g, r->tname);
-		/* On the stack: g_add_init keeps its own copy. */
-		const char *key = moe_recipe_key(c->tmp, r);
-		char kb[256];
-		int kn = snprintf(kb, sizeof kb, "%s%s", pre, key);
-		const char *name = kn >= 0 && (size_t)kn < sizeof kb ? kb : arena_printf(c->tmp, "%s%s", pre, key);
+		const char *name = iname[i];
 		size_t nb = (size_t)g_tensor_numel(t) * wt_dtype_size(t->data_type);
 		if (nb >= LATER_MIN) {
 			Later *l = moe_build_later(c, L, r, t, id, w, &bm, e);
@@ -120,8 +136,7 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 	for (size_t i = 0; i < tpl->nnode; i++) {
 		const Node *s = tpl->node[i];
 		Node *n = g_clone_node(c, c->g, s);
-		char nb[256];
-		g_set_name(c, n, clone_name(c, L, s, from, to, id, nb, sizeof nb));
+		g_set_name(c, n, nname[i]);
 		for (size_t j = 0; j < n->n_input; j++) {
 			Val *r = over[i][j] ? over[i][j] : map_get(&ren, s->input[j]);
 			if (r)
@@ -132,8 +147,7 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 		for (size_t j = 0; j < n->n_output; j++) {
 			if (!*s->output[j])
 				continue;
-			char ob[256];
-			const char *o = reseg(c, s->output[j], from, to, ob, sizeof ob);
+			const char *o = oname[i][j];
 			g_fresh_output(c, n, j, o ? o : arena_printf(c->tmp, "%s_output_%zu", n->name, j));
 			map_put(&ren, s->output[j], g_output(c, n, j));
 		}

@@ -706,6 +706,13 @@ const char *g_fresh(Ctx *c, const char *base)
 	return fresh_h(c, base, &h);
 }
 
+void g_prefetch_name(const Ctx *c, const Graph *g, const char *name)
+{
+	uint64_t h = map_key_hash(name);
+	map_prefetch_h(&c->names, h);
+	map_prefetch_h(&g->val, h);
+}
+
 /* Input j of n (index entry k, or NULL) reads v, the value's own string
  * (no copy) with its memo filled, or `name` where no value has it. */
 static void set_in(Ctx *c, NodeInfo *k, Node *n, size_t j, Val *v, const char *name)
@@ -925,8 +932,7 @@ void g_set_name(Ctx *c, Node *n, const char *base)
 	n->name = (char *)g_fresh(c, base);
 }
 
-/* Output idx of n reads `to` (a string the model keeps) from now on. */
-/* h: map_key_hash(to). */
+/* Output idx of n reads `to` (a string the model keeps, hash h) from now on. */
 static void rename_output(Ctx *c, Node *n, size_t idx, char *to, uint64_t h)
 {
 	c->edits++;

@@ -209,6 +209,10 @@ const void *g_tensor_bytes(Ctx *c, const Tensor *t, size_t *nbytes, Err *e);
  * outputs change only through these functions: a direct write to
  * n->input would leave g_input reading the old name. */
 const char *g_fresh(Ctx *c, const char *base); /* unique among values and nodes */
+/* Starts loading the slots a new name `name` in g will take (the names
+ * map's, g's values'): a pass making many names issues this for a batch
+ * before it makes them, and the tables' cache misses overlap. */
+void g_prefetch_name(const Ctx *c, const Graph *g, const char *name);
 Node *g_add_node(Ctx *c, Graph *g, const char *op, const char *name,
 		 const char *const *in, size_t nin, const char *const *out, size_t nout);
 void g_set_attr_i(Ctx *c, Node *n, const char *name, int64_t v);
