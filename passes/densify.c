@@ -92,7 +92,7 @@ static const char *clone_expert(Ctx *c, const Layer *L, const Expert *tpl, const
 	/* The clones' names first, their hash slots prefetched: the
 	 * weights are built meanwhile, and the names map and the value map
 	 * are tables of megabytes where each new name was a cache miss or
-	 * two (a 400-layer repair makes 100 000 of them). */
+	 * two (a 400-layer repair makes 92 400 names). */
 	const char **nname = arena_alloc(c->tmp, tpl->nnode * sizeof *nname);
 	const char ***oname = arena_alloc(c->tmp, tpl->nnode * sizeof *oname);
 	for (size_t i = 0; i < tpl->nnode; i++) {

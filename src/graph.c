@@ -39,9 +39,8 @@ static Val *def_val_h(Ctx *c, Graph *g, const char *name, uint64_t h)
 	return v;
 }
 
-static Val *def_val(Ctx *c, Graph *g, const char *name, Err *e)
+static Val *def_val(Ctx *c, Graph *g, const char *name)
 {
-	(void)e;
 	return def_val_h(c, g, name, map_key_hash(name));
 }
 
@@ -82,8 +81,8 @@ static NodeInfo *place(Ctx *c, Node *n, Graph *g, size_t pos)
 	return k;
 }
 
-/* k's node (placed in k->g) produces its output j from now on. */
-/* Output j of k's node defines its value; h: map_key_hash of its name. */
+/* k's node (placed in k->g) produces its output j from now on; h is
+ * map_key_hash of the output's name. */
 static void set_def_h(Ctx *c, NodeInfo *k, size_t j, uint64_t h)
 {
 	Val *v = def_val_h(c, k->g, k->n->output[j], h);
@@ -208,7 +207,6 @@ static void add_outer(Ctx *c, Graph *g, const char *name)
 	g->outer[g->nouter++] = name;
 }
 
-/* Defines the values of g (inputs, initializers, node outputs). */
 /* The hashes of a node's names, taken AHEAD nodes before the index gets
  * to it, where their slots are prefetched, and used there: each name is
  * hashed once. Names past AHEAD_NAMES are hashed where used. */
@@ -242,16 +240,17 @@ static void ahead_inputs(const Graph *g, const Node *f, Ahead *r)
 	}
 }
 
+/* Defines the values of g (inputs, initializers, node outputs). */
 static int define_graph(Ctx *c, Graph *g, Err *e)
 {
 	Onnx__GraphProto *gp = g->gp;
 	for (size_t i = 0; i < gp->n_input; i++)
-		def_val(c, g, gp->input[i]->name, e)->isin = 1;
+		def_val(c, g, gp->input[i]->name)->isin = 1;
 	g->ival = arena_alloc_raw(c->ia, (gp->n_initializer ? gp->n_initializer : 1) * sizeof *g->ival);
 	g->capival = gp->n_initializer;
 	for (size_t i = 0; i < gp->n_initializer; i++) {
 		Tensor *t = gp->initializer[i];
-		Val *v = def_val(c, g, t->name, e);
+		Val *v = def_val(c, g, t->name);
 		if (v->init)
 			return errf(e, "initializer '%s' is defined twice; the model is malformed", t->name);
 		v->init = t;
@@ -284,7 +283,7 @@ static int define_graph(Ctx *c, Graph *g, Err *e)
 			ahead_outputs(c, g, gp->node[i + AHEAD], r);
 	}
 	for (size_t i = 0; i < gp->n_output; i++) {
-		Val *v = def_val(c, g, gp->output[i]->name, e);
+		Val *v = def_val(c, g, gp->output[i]->name);
 		v->isout = 1;
 		gp->output[i]->name = (char *)v->name;
 	}
