@@ -1194,7 +1194,7 @@ static int find_combined(Ctx *c, Layer *L, const char *want, Err *e)
 	const char *found = NULL, *other = NULL;
 	int nfound = 0, wanted = 0;
 	for (size_t i = 0; i < w.acc.cap; i++) {
-		const char *v = w.acc.slot[i].key;
+		const char *v = map_slot_key(&w.acc.slot[i]);
 		Acc *a = w.acc.slot[i].val;
 		if (!v || a->contrib || !bits_all(&w, a->bits))
 			continue;

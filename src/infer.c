@@ -307,10 +307,11 @@ static int ty_is(const Ty *t, const S *s, int decl)
 
 static const Ty *intern(W *w, const S *s, int decl)
 {
-	/* Keyed by the hash as a pointer (never NULL, the map's empty key); a
-	 * different type with the same hash, which 64 bits make all but
-	 * impossible, just gets a record of its own. */
-	const void *h = (const void *)(uintptr_t)(ty_hash(s, decl) | 1);
+	/* Keyed by the hash as a pointer (never NULL, the map's empty key; in
+	 * 48 bits, as a map's keys are); a different type with the same hash,
+	 * which 48 bits make all but impossible, just gets a record of its
+	 * own. */
+	const void *h = (const void *)(uintptr_t)((ty_hash(s, decl) & MAP_KEY_MASK) | 1);
 	const Ty **slot = (const Ty **)pmap_ref(&w->types, h);
 	if (*slot && ty_is(*slot, s, decl))
 		return *slot;

@@ -1,5 +1,7 @@
 #include "map.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Eight bytes a step: value names run to tens of bytes and the graph
@@ -55,12 +57,20 @@ static void init(Map *m, Arena *a, size_t hint, int byptr)
 	m->slot = arena_alloc(a, cap * sizeof *m->slot);
 }
 
+static uintptr_t tag(uint64_t h)
+{
+	return (uintptr_t)h & ~MAP_KEY_MASK;
+}
+
 static MapSlot *find_h(const Map *m, const void *key, uint64_t h)
 {
 	size_t i = h & (m->cap - 1);
+	/* The tag compared on its own: a string looked up from an address
+	 * past the mask (none is stored there) still finds its equal. */
+	uintptr_t t = tag(h), kt = (uintptr_t)key | t;
 	for (;; i = (i + 1) & (m->cap - 1)) {
 		MapSlot *s = &m->slot[i];
-		if (!s->key || s->key == key || (!m->byptr && s->hash == h && strcmp(s->key, key) == 0))
+		if (!s->kt || s->kt == kt || (!m->byptr && (s->kt & ~MAP_KEY_MASK) == t && strcmp(map_slot_key(s), key) == 0))
 			return s;
 	}
 }
@@ -82,7 +92,7 @@ static void *get_h(const Map *m, const void *key, uint64_t h)
 	if (!m->cap)
 		return NULL;
 	MapSlot *s = find_h(m, key, h);
-	return s->key ? s->val : NULL;
+	return s->kt ? s->val : NULL;
 }
 
 static void *get(const Map *m, const void *key)
@@ -100,15 +110,23 @@ static MapSlot *claim_h(Map *m, const void *key, uint64_t h)
 		size_t oldcap = m->cap;
 		m->cap *= 2;
 		m->slot = arena_alloc(m->a, m->cap * sizeof *m->slot);
-		for (size_t i = 0; i < oldcap; i++)
-			if (old[i].key)
-				*find_h(m, old[i].key, old[i].hash) = old[i];
+		/* Only 16 bits of each hash are kept: the rest is taken again,
+		 * string keys loaded a few slots ahead (each is a cache miss). */
+		for (size_t i = 0; i < oldcap; i++) {
+			if (!m->byptr && i + 16 < oldcap && old[i + 16].kt)
+				__builtin_prefetch(map_slot_key(&old[i + 16]));
+			if (old[i].kt)
+				*find_h(m, map_slot_key(&old[i]), hash(m, map_slot_key(&old[i]))) = old[i];
+		}
 		arena_release(m->a, old, oldcap * sizeof *old);
 	}
 	MapSlot *s = find_h(m, key, h);
-	if (!s->key) {
-		s->key = key;
-		s->hash = h;
+	if (!s->kt) {
+		if ((uintptr_t)key & ~MAP_KEY_MASK) {
+			fprintf(stderr, "onnx-moe-repair: internal error: a map key past 48 bits (%p); please report this machine\n", key);
+			abort();
+		}
+		s->kt = (uintptr_t)key | tag(h);
 		s->val = NULL;
 		m->len++;
 	}
@@ -134,10 +152,11 @@ const char *map_add(Map *m, Arena *a, const char *key, uint64_t h, int *added)
 	MapSlot *s = claim_h(m, key, h);
 	*added = m->len != len;
 	if (*added) {
-		s->key = arena_strdup(a, key); /* equal, so its slot stays right */
-		s->val = (void *)s->key;
+		char *k = arena_strdup(a, key); /* equal, so its slot stays right */
+		s->kt = (uintptr_t)k | tag(h);
+		s->val = k;
 	}
-	return s->key;
+	return map_slot_key(s);
 }
 
 void map_init(Map *m, Arena *a, size_t hint) { init(m, a, hint, 0); }

@@ -913,7 +913,7 @@ int model_load(Model *md, const char *path, Arena *a, Err *e)
 void model_drop(Model *md)
 {
 	for (size_t i = 0; i < md->ext.cap; i++) {
-		ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		ExtFile *x = md->ext.slot[i].kt ? md->ext.slot[i].val : NULL;
 		if (x && x->mapped && x->len)
 			madvise((void *)x->base, x->len, MADV_DONTNEED);
 	}
@@ -941,7 +941,7 @@ void model_close(Model *md)
 		md->done(md->done_ud);
 	md->done = NULL;
 	for (size_t i = 0; i < md->ext.cap; i++) {
-		ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		ExtFile *x = md->ext.slot[i].kt ? md->ext.slot[i].val : NULL;
 		if (x && x->mapped && x->len) {
 			filemap_remove(x->base);
 			munmap((void *)x->base, x->len);
@@ -1323,7 +1323,7 @@ static int ext_kept(Model *md, const char *out, int bytes, int copy, Err *e)
 	int same = stat(md->dir, &si) == 0 && stat(od, &so) == 0 && same_file(&si, &so);
 	int n = 0;
 	for (size_t i = 0; i < md->ext.cap && n >= 0; i++) {
-		ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		ExtFile *x = md->ext.slot[i].kt ? md->ext.slot[i].val : NULL;
 		if (!x || same || x->copied)
 			continue;
 		x->copy = 0;
@@ -1463,7 +1463,7 @@ static int clashes(const Model *md, const char *out, int flags, Err *e)
 	if (stat(md->path, &si) == 0 && same_file(&so, &si) && !(flags & SAVE_IN_PLACE))
 		return errf(e, "%s: is the input model; pass --in-place to replace it, or choose another -o", out);
 	for (size_t i = 0; i < md->ext.cap; i++) {
-		const ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		const ExtFile *x = md->ext.slot[i].kt ? md->ext.slot[i].val : NULL;
 		if (x && so.st_dev == x->dev && so.st_ino == x->ino)
 			return errf(e, "%s: is the model's external data file '%s'; choose another -o", out, x->loc);
 	}
@@ -1606,7 +1606,7 @@ static int data_clashes(Model *md, const char *out, const char *path, Err *e)
 	const char *od = model_dir_of(md->a, out);
 	int rc = 0;
 	for (size_t i = 0; i < md->ext.cap && !rc; i++) {
-		const ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		const ExtFile *x = md->ext.slot[i].kt ? md->ext.slot[i].val : NULL;
 		if (!x || x->copy)
 			continue;
 		struct stat sk;
@@ -1761,7 +1761,7 @@ static int save_with_data(Model *md, const char *out, const char *data, const ch
 	if (c.fd >= 0)
 		close(c.fd);
 	for (size_t i = 0; !rc && i < md->ext.cap; i++) {
-		ExtFile *x = md->ext.slot[i].key ? md->ext.slot[i].val : NULL;
+		ExtFile *x = md->ext.slot[i].kt ? md->ext.slot[i].val : NULL;
 		if (x && x->copy)
 			x->copied = 1;
 	}

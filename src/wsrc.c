@@ -183,11 +183,11 @@ const char **wsrc_sig_under(const WSrc *w, const char *prefix, Arena *a, size_t 
 	if (!w->sig.a)
 		return NULL;
 	for (size_t i = 0; i < w->sig.cap; i++)
-		k += w->sig.slot[i].key && !strncmp(w->sig.slot[i].key, prefix, lp);
+		k += w->sig.slot[i].kt && !strncmp(map_slot_key(&w->sig.slot[i]), prefix, lp);
 	const char **v = arena_alloc(a, (k + 1) * sizeof *v);
 	for (size_t i = 0; i < w->sig.cap; i++)
-		if (w->sig.slot[i].key && !strncmp(w->sig.slot[i].key, prefix, lp))
-			v[(*n)++] = w->sig.slot[i].key;
+		if (w->sig.slot[i].kt && !strncmp(map_slot_key(&w->sig.slot[i]), prefix, lp))
+			v[(*n)++] = map_slot_key(&w->sig.slot[i]);
 	return v;
 }
 

@@ -90,6 +90,59 @@ START_TEST(map_hash_given_agrees)
 }
 END_TEST
 
+/* A slot keeps 16 bits of its key's hash: two keys whose kept bits agree
+ * and whose probes start at the same slot of a small map are still told
+ * apart by their strings, and keep doing so across rehashes. The pair is
+ * searched for among 4096 names (about eight such pairs expected); the
+ * test checks it found one, or it would test nothing. */
+static int by_sig(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+	return (a > b) - (a < b);
+}
+
+START_TEST(map_tags_collide_safely)
+{
+	if (MAP_KEY_MASK == UINTPTR_MAX)
+		return; /* 32-bit pointers: no bits kept */
+	static char k[4096][16];
+	static uint64_t sig[4096]; /* tag, home slot in 16, index */
+	for (int i = 0; i < 4096; i++) {
+		snprintf(k[i], sizeof k[i], "t/%d", i);
+		uint64_t h = map_key_hash(k[i]);
+		sig[i] = (h >> 48 << 4 | (h & 15)) << 12 | (uint64_t)i;
+	}
+	qsort(sig, 4096, sizeof *sig, by_sig);
+	int x = -1, y = -1;
+	for (int i = 1; i < 4096 && x < 0; i++)
+		if (sig[i] >> 12 == sig[i - 1] >> 12) {
+			x = (int)(sig[i - 1] & 4095);
+			y = (int)(sig[i] & 4095);
+		}
+	ck_assert_int_ge(x, 0);
+	Arena *a = arena_new();
+	Map m;
+	map_init(&m, a, 0);
+	ck_assert_uint_eq(m.cap, 16);
+	map_put(&m, k[x], k[x]);
+	map_put(&m, k[y], k[y]);
+	ck_assert_uint_eq(m.len, 2);
+	ck_assert_ptr_eq(map_get(&m, k[x]), k[x]);
+	ck_assert_ptr_eq(map_get(&m, k[y]), k[y]);
+	for (int i = 0; i < 4096; i++) /* rehashes, with the pair in */
+		map_put(&m, k[i], k[i]);
+	ck_assert_uint_eq(m.len, 4096);
+	size_t seen = 0;
+	for (size_t i = 0; i < m.cap; i++)
+		if (m.slot[i].kt) {
+			ck_assert_ptr_eq(map_slot_key(&m.slot[i]), m.slot[i].val);
+			seen++;
+		}
+	ck_assert_uint_eq(seen, 4096);
+	arena_free(a);
+}
+END_TEST
+
 /* Blocks made ahead by the helper thread serve arenas as fresh ones do:
  * zeroed, counted against the budget once taken, and the one left
  * waiting goes when the helper stops. */
@@ -484,6 +537,7 @@ int main(void)
 	tcase_add_test(tc, map_many);
 	tcase_add_test(tc, map_add_copies_once);
 	tcase_add_test(tc, map_hash_given_agrees);
+	tcase_add_test(tc, map_tags_collide_safely);
 	tcase_add_test(tc, arena_prefill_serves_blocks);
 	tcase_add_test(tc, arena_big_and_small);
 	tcase_add_test(tc, arena_budget_checks);
