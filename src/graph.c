@@ -439,6 +439,12 @@ Val *g_init_at(const Graph *g, size_t i)
 	return i < g->nival && g->ival[i]->init == t ? g->ival[i] : map_get(&g->val, t->name);
 }
 
+void g_reader(const Ctx *c, Ctx *r)
+{
+	*r = *c;
+	r->memo = arena_alloc(c->ia, sizeof *r->memo);
+}
+
 NodeInfo *g_node_at(const Ctx *c, const Graph *g, size_t i)
 {
 	Node *n = g->gp->node[i];

@@ -148,6 +148,11 @@ int g_reindex(Ctx *c, Err *e); /* invalidates every Graph, Val and Use */
  * (Ctx.gen moves on). A model with subgraphs gets the rebuild. */
 int g_refresh(Ctx *c, Err *e);
 void g_fini(Ctx *c);              /* frees the index; the model stays */
+/* r: c for another thread that only reads c's index while c's reads it
+ * too (g_check_rest beside moe_find): the same index with a node memo of
+ * its own, which every lookup writes. Valid until c's next reindex or
+ * mutation; never g_fini'd. */
+void g_reader(const Ctx *c, Ctx *r);
 
 /* Value lookup in g, then its enclosing graphs. */
 Val *g_val(const Graph *g, const char *name);
@@ -295,5 +300,14 @@ int g_is_sorted(const Ctx *c, const Graph *g);
  * declared; runs g_infer when the index has none yet), and the attribute
  * ranges of the ops the passes read and emit. */
 int g_check(Ctx *c, Err *e);
+/* g_check in its two halves, whose errors come in the same order. The
+ * flow (opsets, domains, arities, If branches, one producer per value,
+ * each defined before its reads) is what every pass and analysis assumes:
+ * it runs first, and writes Val.seen. The rest (tensors, element types,
+ * attribute ranges) writes nothing in the index once the flow and g_infer
+ * have run, so it can run on a g_reader's copy on another thread beside a
+ * pass that only reads. */
+int g_check_flow(Ctx *c, Err *e);
+int g_check_rest(Ctx *c, Err *e);
 
 #endif
