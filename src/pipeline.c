@@ -415,6 +415,7 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 		goto out;
 	c.ext = ext_data;
 	c.ext_ud = md;
+	g_zeros(&c, md->zeros, md->nzeros);
 	Verify rest;
 	rest_start(&rest, &c);
 	r->convs_before = r->convs_after = count_convs(c.g);
