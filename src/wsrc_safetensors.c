@@ -160,12 +160,191 @@ static int member(void *ud, const char *key, const JVal *v, Err *e)
 	return 0;
 }
 
+/* ---- the common spelling, read without the JSON tree ----
+ * safetensors' writer spells every header alike: no space but the padding
+ * after it, each tensor {"dtype":"..","shape":[..],"data_offsets":[b,e]}
+ * in that order, names without escapes. Such a header is read here
+ * directly: the prefetch of a 400-layer checkpoint (81 600 tensors), on
+ * the core the model's load shares, took 124 ms through the parser, 67
+ * this way (perf, 8 runs each, the sort for prefixes included). A header
+ * that departs from that spelling anywhere, or has an entry entry() would
+ * refuse, is read through the parser instead, whose messages say what is
+ * wrong. */
+
+typedef struct {
+	const char *p, *end;
+} Rd;
+
+static int lit(Rd *r, const char *s, size_t n)
+{
+	if ((size_t)(r->end - r->p) < n)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (r->p[i] != s[i])
+			return 0;
+	r->p += n;
+	return 1;
+}
+
+/* A string without escapes or control characters: its bytes. */
+static int plain_str(Rd *r, const char **s, size_t *n)
+{
+	const char *q = r->p;
+	if (q >= r->end || *q != '"')
+		return 0;
+	const char *b = ++q;
+	while (q < r->end && *q != '"') {
+		if (*q == '\\' || (unsigned char)*q < 0x20)
+			return 0;
+		q++;
+	}
+	if (q >= r->end)
+		return 0;
+	*s = b;
+	*n = (size_t)(q - b);
+	r->p = q + 1;
+	return 1;
+}
+
+/* A non-negative integer as JSON spells it (no leading zero, no
+ * fraction or exponent), of at most 18 digits. */
+static int plain_uint(Rd *r, int64_t *v)
+{
+	const char *q = r->p;
+	int64_t x = 0;
+	int k = 0;
+	if (q < r->end && *q == '0')
+		q++, k = 1;
+	else
+		for (; q < r->end && *q >= '0' && *q <= '9'; q++) {
+			if (++k > 18)
+				return 0;
+			x = x * 10 + (*q - '0');
+		}
+	if (!k || (q < r->end && ((*q >= '0' && *q <= '9') || *q == '.' || *q == 'e' || *q == 'E')))
+		return 0;
+	*v = x;
+	r->p = q;
+	return 1;
+}
+
+/* The member at r in the common spelling, checked as entry() checks it:
+ * 1 (*name NULL for __metadata__, else its bytes, t all but its name, *sp
+ * its span), 0 where it is not. */
+static int plain_member(Rd *r, const unsigned char *data, uint64_t dlen, WTensor *t, const char **name, size_t *nlen,
+	Span *sp)
+{
+	const char *s;
+	size_t n;
+	if (!plain_str(r, name, nlen) || !lit(r, ":", 1))
+		return 0;
+	if (*nlen == 12 && !memcmp(*name, "__metadata__", 12)) {
+		*name = NULL;
+		if (!lit(r, "{", 1))
+			return 0;
+		if (lit(r, "}", 1))
+			return 1;
+		do
+			if (!plain_str(r, &s, &n) || !lit(r, ":", 1) || !plain_str(r, &s, &n))
+				return 0;
+		while (lit(r, ",", 1));
+		return lit(r, "}", 1);
+	}
+	if (!lit(r, "{\"dtype\":", 9) || !plain_str(r, &s, &n))
+		return 0;
+	t->dtype = 0;
+	for (size_t i = 0; i < sizeof DTYPES / sizeof *DTYPES && !t->dtype; i++) {
+		const char *d = DTYPES[i].name;
+		size_t k = 0;
+		while (k < n && d[k] && d[k] == s[k])
+			k++;
+		if (k == n && !d[k])
+			t->dtype = DTYPES[i].dtype;
+	}
+	if (!t->dtype || !lit(r, ",\"shape\":[", 10))
+		return 0;
+	t->ndim = 0;
+	if (!lit(r, "]", 1)) {
+		do
+			if (t->ndim == WT_MAXDIM || !plain_uint(r, &t->dims[t->ndim++]))
+				return 0;
+		while (lit(r, ",", 1));
+		if (!lit(r, "]", 1))
+			return 0;
+	}
+	int64_t b, en;
+	if (!lit(r, ",\"data_offsets\":[", 17) || !plain_uint(r, &b) || !lit(r, ",", 1) || !plain_uint(r, &en) ||
+	    !lit(r, "]}", 2))
+		return 0;
+	int64_t nb = wt_nbytes(t);
+	if (b > en || (uint64_t)en > dlen || nb < 0 || nb != en - b)
+		return 0;
+	t->data = data + b;
+	t->nbytes = (size_t)nb;
+	*sp = (Span){ b, en, NULL };
+	return 1;
+}
+
+/* The header's members in the common spelling, added to w when add (the
+ * names copied) with their spans in sp: how many tensors, or -1 where the
+ * header departs from it (nothing added then), or -2 on wsrc_add's error.
+ * Run once to check, once to add. */
+static long plain_header(WSrc *w, const char *hdr, size_t hl, const unsigned char *data, uint64_t dlen, int add,
+	Span *sp, Err *e)
+{
+	Rd r = { hdr, hdr + hl };
+	long nt = 0;
+	if (!lit(&r, "{", 1))
+		return -1;
+	if (!lit(&r, "}", 1)) {
+		do {
+			int64_t dims[WT_MAXDIM];
+			WTensor t = { .dims = dims };
+			const char *name;
+			size_t nlen;
+			Span s;
+			if (!plain_member(&r, data, dlen, &t, &name, &nlen, &s))
+				return -1;
+			if (!name)
+				continue;
+			if (add) {
+				char *nm = arena_alloc_raw(w->a, nlen + 1);
+				memcpy(nm, name, nlen);
+				nm[nlen] = 0;
+				t.name = s.name = nm;
+				sp[nt] = s;
+				if (wsrc_add(w, &t, e))
+					return -2;
+			}
+			nt++;
+		} while (lit(&r, ",", 1));
+		if (!lit(&r, "}", 1))
+			return -1;
+	}
+	while (r.p < r.end && *r.p == ' ')
+		r.p++;
+	return r.p == r.end ? nt : -1;
+}
+
 static int entries(WSrc *w, const unsigned char *p, uint64_t hl, size_t len, Arena *ta, Err *e)
 {
-	/* Member by member: the tree of a whole header of small tensors is
-	 * some ten times its text, all of it fresh pages to fault in. */
 	Hdr h = { w, p + 8 + hl, len - 8 - hl, NULL, 0, 0, 0 };
-	if (json_members((const char *)p + 8, (size_t)hl, 16 * (size_t)hl + ((size_t)1 << 20), ta, member, &h, e)) {
+	const char *hdr = (const char *)p + 8;
+	long nt = plain_header(w, hdr, (size_t)hl, h.data, h.dlen, 0, NULL, e);
+	if (nt >= 0) {
+		h.sp = malloc(((size_t)nt + 1) * sizeof *h.sp);
+		if (!h.sp)
+			return errf(e, "out of memory indexing the header");
+		long got = plain_header(w, hdr, (size_t)hl, h.data, h.dlen, 1, h.sp, e);
+		if (got != nt) {
+			free(h.sp);
+			return got == -2 ? -1 : errf(e, "header: internal error: read two ways; please report this file");
+		}
+		h.ns = (size_t)nt;
+	} else if (json_members(hdr, (size_t)hl, 16 * (size_t)hl + ((size_t)1 << 20), ta, member, &h, e)) {
+		/* Member by member: the tree of a whole header of small
+		 * tensors is some ten times its text, all of it fresh pages to
+		 * fault in. */
 		free(h.sp);
 		return h.ours ? -1 : errwrap(e, "header");
 	}

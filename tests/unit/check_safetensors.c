@@ -194,6 +194,53 @@ START_TEST(st_malformed)
 }
 END_TEST
 
+/* Every spelling of one header reads alike: the writer's own (read
+ * without the JSON tree), and ones that depart from it (space, another key
+ * order, an escaped name, metadata, padding), which go through the parser. */
+START_TEST(st_spellings)
+{
+	static const char *hdr[] = {
+		"{\"__metadata__\":{\"format\":\"pt\"},\"a.w\":{\"dtype\":\"F32\",\"shape\":[2,1],\"data_offsets\":[0,8]},"
+		"\"b\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[8,16]}}    ",
+		"{ \"a.w\" : {\"dtype\":\"F32\",\"shape\":[2,1],\"data_offsets\":[0,8]},"
+		"\"b\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[8,16]}}",
+		"{\"a.w\":{\"shape\":[2,1],\"dtype\":\"F32\",\"data_offsets\":[0,8]},"
+		"\"b\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[8,16]}}",
+		"{\"a\\u002ew\":{\"dtype\":\"F32\",\"shape\":[2,1],\"data_offsets\":[0,8]},"
+		"\"b\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[8,16]},\"__metadata__\":{}}\n",
+	};
+	int64_t d[4] = { 1, 2, 3, 4 };
+	for (size_t i = 0; i < sizeof hdr / sizeof *hdr; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "sp%zu.safetensors", i);
+		Arena *a = arena_new();
+		Err e = { "" };
+		WSrc *w = wsrc_open(st_file(name, hdr[i], d, sizeof d, 0), NULL, a, &e);
+		ck_assert_msg(w != NULL, "%s: %s", name, e.msg);
+		ck_assert_uint_eq(w->n, 2);
+		const WTensor *t = wsrc_get(w, "a.w"), *b = wsrc_get(w, "b");
+		ck_assert_msg(t && b, "%s", name);
+		ck_assert_int_eq(t->dtype, 1);
+		ck_assert_int_eq(t->ndim, 2);
+		ck_assert_int_eq(t->dims[0], 2);
+		ck_assert_int_eq(t->dims[1], 1);
+		ck_assert_uint_eq(t->nbytes, 8);
+		ck_assert_int_eq(memcmp(t->data, d, 8), 0);
+		ck_assert_int_eq(b->dtype, 7);
+		ck_assert_int_eq(b->ndim, 0);
+		ck_assert_int_eq(memcmp(b->data, d + 1, 8), 0);
+		wsrc_close(w);
+		arena_free(a);
+	}
+	/* A leading zero, a 19-digit number: the parser's word on them. */
+	st_refuse(st_file("lead0.safetensors", "{\"t\":{\"dtype\":\"F32\",\"shape\":[02],\"data_offsets\":[0,8]}}", d, 8, 0),
+		"header: byte 30: expected ',' or ']'");
+	st_refuse(st_file("long.safetensors",
+			  "{\"t\":{\"dtype\":\"F32\",\"shape\":[1000000000000000000],\"data_offsets\":[0,8]}}", d, 8, 0),
+		"header: tensor 't': F32 with shape of 1000000000000000000 elements needs 4000000000000000000 bytes, data_offsets give 8");
+}
+END_TEST
+
 START_TEST(st_open_dispatch)
 {
 	st_refuse(tu_write("x.weights", "abc", 3),
@@ -306,6 +353,7 @@ int main(void)
 	tcase_add_test(tc, st_all_dtypes);
 	tcase_add_test(tc, st_missing_lists_keys);
 	tcase_add_test(tc, st_malformed);
+	tcase_add_test(tc, st_spellings);
 	tcase_add_test(tc, st_open_dispatch);
 	suite_add_tcase(s, tc);
 	TCase *td = tcase_create("dtype");
