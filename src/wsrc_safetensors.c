@@ -31,6 +31,20 @@ static int cmpspan(const void *a, const void *b)
 	return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
 }
 
+/* The dtype number of the n bytes at s, 0 for none. */
+static int dtype_of(const char *s, size_t n)
+{
+	for (size_t i = 0; i < sizeof DTYPES / sizeof *DTYPES; i++) {
+		const char *d = DTYPES[i].name;
+		size_t k = 0;
+		while (k < n && d[k] && d[k] == s[k])
+			k++;
+		if (k == n && !d[k])
+			return DTYPES[i].dtype;
+	}
+	return 0;
+}
+
 static int entry(WSrc *w, const char *name, const JVal *v, const unsigned char *data,
 	uint64_t dlen, Span *sp, Err *e)
 {
@@ -53,9 +67,7 @@ static int entry(WSrc *w, const char *name, const JVal *v, const unsigned char *
 	WTensor t = { .name = arena_strdup(w->a, name), .dims = dims };
 	if (dt->type != J_STR)
 		return errf(e, "header: tensor '%s': dtype is %s, expected a string", name, json_type_name(dt->type));
-	for (size_t i = 0; i < sizeof DTYPES / sizeof *DTYPES; i++)
-		if (!strcmp(dt->s, DTYPES[i].name))
-			t.dtype = DTYPES[i].dtype;
+	t.dtype = dtype_of(dt->s, strlen(dt->s));
 	if (!t.dtype)
 		return errf(e, "header: tensor '%s' has unknown dtype '%s'", name, dt->s);
 	if (sh->type != J_ARR)
@@ -252,15 +264,7 @@ static int plain_member(Rd *r, const unsigned char *data, uint64_t dlen, WTensor
 	}
 	if (!lit(r, "{\"dtype\":", 9) || !plain_str(r, &s, &n))
 		return 0;
-	t->dtype = 0;
-	for (size_t i = 0; i < sizeof DTYPES / sizeof *DTYPES && !t->dtype; i++) {
-		const char *d = DTYPES[i].name;
-		size_t k = 0;
-		while (k < n && d[k] && d[k] == s[k])
-			k++;
-		if (k == n && !d[k])
-			t->dtype = DTYPES[i].dtype;
-	}
+	t->dtype = dtype_of(s, n);
 	if (!t->dtype || !lit(r, ",\"shape\":[", 10))
 		return 0;
 	t->ndim = 0;
