@@ -225,6 +225,7 @@ static int count_convs(const Graph *g)
  * save asks for its verdict before committing. */
 typedef struct {
 	Ctx c;
+	int (*run)(Ctx *, Err *); /* g_check, or g_check_rest */
 	pthread_t th;
 	int rc, on; /* on: th runs the input's rest */
 	Err e;
@@ -234,14 +235,7 @@ typedef struct {
 static void *verify_run(void *u)
 {
 	Verify *v = u;
-	v->rc = g_check(&v->c, &v->e);
-	return NULL;
-}
-
-static void *verify_rest(void *u)
-{
-	Verify *v = u;
-	v->rc = g_check_rest(&v->c, &v->e) ? -1 : 0;
+	v->rc = v->run(&v->c, &v->e);
 	return NULL;
 }
 
@@ -266,7 +260,8 @@ static int verify_join(void *u, Err *e)
 static void rest_start(Verify *v, const Ctx *c)
 {
 	g_reader(c, &v->c);
-	if ((v->on = spawn(&v->th, verify_rest, v)))
+	v->run = g_check_rest;
+	if ((v->on = spawn(&v->th, verify_run, v)))
 		return;
 	v->rc = g_check_rest(&v->c, &v->e);
 }
@@ -289,6 +284,7 @@ static int verify_start(Model *md, Ctx *c)
 {
 	Verify *v = arena_alloc(md->a, sizeof *v);
 	v->c = *c;
+	v->run = g_check;
 	v->in = md->path;
 	if (!spawn(&v->th, verify_run, v))
 		return 0;
