@@ -19,8 +19,10 @@ static Graph *graph_new(Ctx *c, Onnx__GraphProto *gp, Graph *parent, Node *owner
 	g->owner = owner;
 	g->capnode = gp->n_node;
 	g->capinit = gp->n_initializer;
-	g->zeros = c->zeros;
-	g->nzeros = c->nzeros;
+	if (!parent) {
+		g->zeros = c->zeros;
+		g->nzeros = c->nzeros;
+	}
 	/* About one value per node output, initializer and graph input: the
 	 * map starts at most half full, and grows if nodes have more. */
 	map_init(&g->val, c->ia, gp->n_node + gp->n_initializer + gp->n_input + gp->n_output);
@@ -441,20 +443,14 @@ Val *g_init_at(const Graph *g, size_t i)
 	return i < g->nival && g->ival[i]->init == t ? g->ival[i] : map_get(&g->val, t->name);
 }
 
-static void zeros_in(Graph *g, uintptr_t p, size_t n)
-{
-	g->zeros = p;
-	g->nzeros = n;
-	for (size_t i = 0; i < g->nsub; i++)
-		zeros_in(g->sub[i], p, n);
-}
-
 void g_zeros(Ctx *c, const void *p, size_t n)
 {
-	c->zeros = p ? (uintptr_t)p : 0;
+	c->zeros = (uintptr_t)p;
 	c->nzeros = p ? n : 0;
-	if (c->g)
-		zeros_in(c->g, c->zeros, c->nzeros);
+	if (c->g) {
+		c->g->zeros = c->zeros;
+		c->g->nzeros = c->nzeros;
+	}
 }
 
 void g_reader(const Ctx *c, Ctx *r)
@@ -678,8 +674,11 @@ int g_is_zero(const Graph *g, const char *name)
 		return 0;
 	size_t nb;
 	const void *p = g_tensor_data(t, &nb);
+	const Graph *m = g;
+	while (m->parent)
+		m = m->parent;
 	uintptr_t at = (uintptr_t)p;
-	if (p && g->zeros && at >= g->zeros && nb <= g->nzeros && at - g->zeros <= g->nzeros - nb)
+	if (p && m->zeros && at >= m->zeros && nb <= m->nzeros && at - m->zeros <= m->nzeros - nb)
 		return 1;
 	uint64_t mask;
 	switch (t->data_type) {

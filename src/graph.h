@@ -83,7 +83,7 @@ struct Graph {
 	unsigned sorted; /* Ctx.edits + 1 when g_toposort ran and nothing changed since */
 	Val **ival;       /* ival[i] is gp->initializer[i]'s value, i < nival: as order */
 	size_t nival, capival;
-	uintptr_t zeros;  /* Ctx.zeros, for g_is_zero */
+	uintptr_t zeros;  /* the main graph's: Ctx.zeros, for g_is_zero */
 	size_t nzeros;
 };
 
@@ -132,7 +132,7 @@ typedef struct {
 	unsigned edits;  /* mutations that can break a topological order (new or
 	                  * moved nodes, changed inputs or outputs), counted */
 	int inferred;    /* g_infer has run on the current index (Val.ty is filled) */
-	uintptr_t zeros; /* g_zeros' range, copied to every Graph */
+	uintptr_t zeros; /* g_zeros' range, copied to each main Graph */
 	size_t nzeros;
 	/* Reads a tensor kept in external data (the model's mapping of its
 	 * file); set after g_init by whoever loaded the model, NULL: unreadable. */
