@@ -23,10 +23,11 @@ enum { DUO_MIN = 256 << 10 };
 int duo_start(void);
 /* Joins the helper and frees its arena; harmless when not started. */
 void duo_stop(void);
-/* What half 1 of a duo_run made now may allocate from: the helper's own
- * arena when it runs there, else NULL (the caller's arenas then serve,
- * the halves running one after the other). Emptied by duo_stop, or by the
- * caller with arena_reset between runs. */
+/* What half 1 of the next duo_run may allocate from, asked by the caller
+ * before the run (inside a half it is NULL): the helper's own arena when
+ * the helper runs, else NULL (the caller's arenas then serve, the halves
+ * running one after the other). Emptied by duo_stop, or by the caller
+ * with arena_reset between runs. */
 Arena *duo_arena(void);
 /* work: about how many bytes the job reads; under DUO_MIN the caller
  * runs both halves. */
