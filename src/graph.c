@@ -26,7 +26,7 @@ static Graph *graph_new(Ctx *c, Onnx__GraphProto *gp, Graph *parent, Node *owner
 	/* About one value per node output, initializer and graph input: the
 	 * map starts at most half full, and grows if nodes have more. The
 	 * main graph gets room for as many again: repairs add their values
-	 * there (a 400-layer repair of tiny experts goes from 60 000 to over
+	 * there (a 400-layer repair of tiny experts goes from 48 000 to over
 	 * 98 000), and a doubling mid-repair hashes every name again. */
 	size_t hint = gp->n_node + gp->n_initializer + gp->n_input + gp->n_output;
 	map_init(&g->val, c->ia, parent ? hint : 2 * hint);
