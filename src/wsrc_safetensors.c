@@ -197,6 +197,7 @@ static int lit(Rd *r, const char *s, size_t n)
 	r->p += n;
 	return 1;
 }
+#define LIT(r, s) lit(r, s, sizeof s - 1)
 
 /* A string without escapes or control characters: its bytes. */
 static int plain_str(Rd *r, const char **s, size_t *n)
@@ -248,37 +249,37 @@ static int plain_member(Rd *r, const unsigned char *data, uint64_t dlen, WTensor
 {
 	const char *s;
 	size_t n;
-	if (!plain_str(r, name, nlen) || !lit(r, ":", 1))
+	if (!plain_str(r, name, nlen) || !LIT(r, ":"))
 		return 0;
 	if (*nlen == 12 && !memcmp(*name, "__metadata__", 12)) {
 		*name = NULL;
-		if (!lit(r, "{", 1))
+		if (!LIT(r, "{"))
 			return 0;
-		if (lit(r, "}", 1))
+		if (LIT(r, "}"))
 			return 1;
 		do
-			if (!plain_str(r, &s, &n) || !lit(r, ":", 1) || !plain_str(r, &s, &n))
+			if (!plain_str(r, &s, &n) || !LIT(r, ":") || !plain_str(r, &s, &n))
 				return 0;
-		while (lit(r, ",", 1));
-		return lit(r, "}", 1);
+		while (LIT(r, ","));
+		return LIT(r, "}");
 	}
-	if (!lit(r, "{\"dtype\":", 9) || !plain_str(r, &s, &n))
+	if (!LIT(r, "{\"dtype\":") || !plain_str(r, &s, &n))
 		return 0;
 	t->dtype = dtype_of(s, n);
-	if (!t->dtype || !lit(r, ",\"shape\":[", 10))
+	if (!t->dtype || !LIT(r, ",\"shape\":["))
 		return 0;
 	t->ndim = 0;
-	if (!lit(r, "]", 1)) {
+	if (!LIT(r, "]")) {
 		do
 			if (t->ndim == WT_MAXDIM || !plain_uint(r, &t->dims[t->ndim++]))
 				return 0;
-		while (lit(r, ",", 1));
-		if (!lit(r, "]", 1))
+		while (LIT(r, ","));
+		if (!LIT(r, "]"))
 			return 0;
 	}
 	int64_t b, en;
-	if (!lit(r, ",\"data_offsets\":[", 17) || !plain_uint(r, &b) || !lit(r, ",", 1) || !plain_uint(r, &en) ||
-	    !lit(r, "]}", 2))
+	if (!LIT(r, ",\"data_offsets\":[") || !plain_uint(r, &b) || !LIT(r, ",") || !plain_uint(r, &en) ||
+	    !LIT(r, "]}"))
 		return 0;
 	int64_t nb = wt_nbytes(t);
 	if (b > en || (uint64_t)en > dlen || nb < 0 || nb != en - b)
@@ -298,9 +299,9 @@ static long plain_header(WSrc *w, const char *hdr, size_t hl, const unsigned cha
 {
 	Rd r = { hdr, hdr + hl };
 	long nt = 0;
-	if (!lit(&r, "{", 1))
+	if (!LIT(&r, "{"))
 		return -1;
-	if (!lit(&r, "}", 1)) {
+	if (!LIT(&r, "}")) {
 		do {
 			int64_t dims[WT_MAXDIM];
 			WTensor t = { .dims = dims };
@@ -321,8 +322,8 @@ static long plain_header(WSrc *w, const char *hdr, size_t hl, const unsigned cha
 					return -2;
 			}
 			nt++;
-		} while (lit(&r, ",", 1));
-		if (!lit(&r, "}", 1))
+		} while (LIT(&r, ","));
+		if (!LIT(&r, "}"))
 			return -1;
 	}
 	while (r.p < r.end && *r.p == ' ')
