@@ -236,8 +236,8 @@ static Block *prefilled(void)
 			pf.want++;
 		/* One on its way is taken: a block mapped here instead waits
 		 * as long, for the address-space lock the helper's population
-		 * holds, and is then populated all over (3-9 ms each on a
-		 * 400-layer repair right after Python's run, in D state). */
+		 * holds (3-9 ms a time in D state on a 400-layer repair),
+		 * and is then populated all over. */
 		while (pf.busy && !pf.nready)
 			pthread_cond_wait(&pf.got, &pf.mu);
 	} else if (pf.nready == pf.want && pf.want > 1) {
