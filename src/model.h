@@ -49,6 +49,13 @@ typedef struct {
 	 * (model.c), unmapped by model_close; NULL: none cut. */
 	uint8_t *zeros;
 	size_t nzeros;
+	/* Ranges the load is done with, their pages let go, unmapped by
+	 * model_close (model.c, let_go): the input's mapping, the unpack's
+	 * copy. */
+	struct {
+		void *p;
+		size_t n;
+	} gone[2];
 	struct Later **placed; /* by placeholder address */
 	size_t nplaced;
 } Model;
