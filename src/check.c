@@ -98,7 +98,7 @@ typedef struct {
 	unsigned char inmin, inmax, outmin, outmax;
 } Arity;
 
-static const Arity ARITY[] = { /* sorted by op_type, for bsearch */
+static const Arity ARITY[] = { /* alphabetical; found by g_op_entry */
 	{ "Abs", 1, 1, 1, 1 }, { "Add", 2, 2, 1, 1 }, { "Cast", 1, 1, 1, 1 }, { "Clip", 1, 3, 1, 1 },
 	{ "Concat", 1, 255, 1, 1 }, { "Constant", 0, 0, 1, 1 }, { "ConstantOfShape", 1, 1, 1, 1 },
 	{ "Conv", 2, 3, 1, 1 }, { "Div", 2, 2, 1, 1 }, { "Equal", 2, 2, 1, 1 }, { "Exp", 1, 1, 1, 1 },
@@ -124,16 +124,13 @@ static const char *range(char *buf, size_t n, int lo, int hi)
 	return buf;
 }
 
-static int by_op(const void *key, const void *ent)
-{
-	return strcmp(key, *(const char *const *)ent);
-}
+static OpIndex ARITY_IX = OP_INDEX(ARITY);
 
 static int check_arity(const Node *n, const char *nn, Err *e)
 {
 	if (!is_default(n->domain))
 		return 0;
-	const Arity *ar = bsearch(n->op_type, ARITY, sizeof ARITY / sizeof *ARITY, sizeof *ARITY, by_op);
+	const Arity *ar = g_op_entry(&ARITY_IX, n->op_type);
 	char r[32];
 	if (!ar)
 		return 0;
@@ -491,7 +488,7 @@ typedef struct {
 	Idx idx[4]; /* index and shape inputs: integers of the kind the op takes */
 } OpInfo;
 
-static const OpInfo OPS[] = { /* sorted by op_type, for bsearch */
+static const OpInfo OPS[] = { /* alphabetical; found by g_op_entry */
 	{ "Add", O_SAME, { { 0 } } },
 	{ "And", O_LOGIC | O_SAME, { { 0 } } },
 	{ "ArgMax", O_AXIS0, { { 0 } } },
@@ -563,6 +560,7 @@ static const OpInfo OPS[] = { /* sorted by op_type, for bsearch */
 	{ "Where", O_OWN, { { 0 } } },
 	{ "Xor", O_LOGIC | O_SAME, { { 0 } } },
 };
+static OpIndex OPS_IX = OP_INDEX(OPS);
 
 static int in_elem(K *k, const Node *n, size_t i)
 {
@@ -832,7 +830,7 @@ static int check_nodes(K *k, Graph *g, int opset)
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
 		g_node_at(k->c, g, i); /* its input types are asked next */
-		const OpInfo *oi = is_default(n->domain) ? bsearch(n->op_type, OPS, sizeof OPS / sizeof *OPS, sizeof *OPS, by_op) : NULL;
+		const OpInfo *oi = is_default(n->domain) ? g_op_entry(&OPS_IX, n->op_type) : NULL;
 		if (oi && (check_types(k, g, n, oi, opset) || check_attrs(k, n, oi, opset)))
 			return -1;
 	}

@@ -1,6 +1,7 @@
 #include "graph.h"
 #include "infer.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -516,6 +517,44 @@ int g_is(const Node *n, const char *op)
 {
 	return (!n->domain || !*n->domain || strcmp(n->domain, "ai.onnx") == 0) &&
 	       strcmp(n->op_type, op) == 0;
+}
+
+static uint32_t op_hash(const char *s)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	return h;
+}
+
+static const char *op_name(const OpIndex *x, size_t i)
+{
+	return *(const char *const *)((const char *)x->base + i * x->size);
+}
+
+const void *g_op_entry(OpIndex *x, const char *op)
+{
+	enum { MASK = sizeof x->slot / sizeof *x->slot - 1 };
+	if (!__atomic_load_n(&x->ready, __ATOMIC_ACQUIRE)) {
+		static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+		pthread_mutex_lock(&mu);
+		if (x->n > sizeof x->slot / sizeof *x->slot / 2) {
+			fprintf(stderr, "onnx-moe-repair: an op table of %zu entries; OpIndex takes 256\n", x->n);
+			abort();
+		}
+		for (size_t i = 0; !x->ready && i < x->n; i++) {
+			uint32_t k = op_hash(op_name(x, i)) & MASK;
+			while (x->slot[k])
+				k = (k + 1) & MASK;
+			x->slot[k] = (uint16_t)(i + 1);
+		}
+		__atomic_store_n(&x->ready, 1, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&mu);
+	}
+	for (uint32_t k = op_hash(op) & MASK; x->slot[k]; k = (k + 1) & MASK)
+		if (strcmp(op_name(x, x->slot[k] - 1u), op) == 0)
+			return (const char *)x->base + (x->slot[k] - 1u) * x->size;
+	return NULL;
 }
 
 const Tensor *g_const(const Graph *g, const char *name)

@@ -193,6 +193,21 @@ const Onnx__AttributeProto *g_attr(const Node *n, const char *name);
 int64_t g_attr_i(const Node *n, const char *name, int64_t dflt);
 int g_is(const Node *n, const char *op); /* default domain and op_type */
 
+/* A static table of ops sorted by name, each entry's first member its
+ * name (const char *), found by a hash of the name instead of a binary
+ * search: the check looked each node up in three such tables, about 20
+ * string compares a node. Built on first use, by whichever thread asks
+ * first; at most 256 entries (half the slots). */
+typedef struct {
+	const void *base;
+	size_t n, size;
+	int ready;
+	uint16_t slot[512]; /* entry index + 1; 0: empty */
+} OpIndex;
+#define OP_INDEX(t) { (t), sizeof(t) / sizeof *(t), sizeof *(t), 0, { 0 } }
+/* The entry named op, or NULL. */
+const void *g_op_entry(OpIndex *x, const char *op);
+
 /* Constant values: an initializer or a Constant node's `value`. NULL when
  * the value is not a compile-time constant tensor. */
 const Tensor *g_const(const Graph *g, const char *name);

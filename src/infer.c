@@ -2120,17 +2120,14 @@ static const RuleEnt RULES[] = {
 	{ "Upsample", r_resize }, { "Where", r_where }, { "Xor", r_binary },
 };
 
-static int rule_cmp(const void *k, const void *e)
-{
-	return strcmp(k, *(const char *const *)e);
-}
+static OpIndex RULE_IX = OP_INDEX(RULES);
 
 static Rule rule_of(const Node *n)
 {
 	if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
 		return NULL;
-	const void *p = bsearch(n->op_type, RULES, sizeof RULES / sizeof *RULES, sizeof *RULES, rule_cmp);
-	return p ? ((const RuleEnt *)p)->r : NULL;
+	const RuleEnt *p = g_op_entry(&RULE_IX, n->op_type);
+	return p ? p->r : NULL;
 }
 
 static void rules(W *w, Graph *g, Node *n, Graph **subs, size_t ns);

@@ -3,6 +3,7 @@
  * through the same mutation API the passes use. */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -486,6 +487,34 @@ START_TEST(is_zero_trusts_the_zeros_range)
 }
 END_TEST
 
+/* Every entry of a full table is found by its name, in any order, and
+ * names that are not in it, prefixes and extensions of those that are
+ * included, are not. */
+START_TEST(op_entry_finds_every_entry)
+{
+	enum { N = 256 };
+	static struct {
+		const char *op;
+		int k;
+	} tab[N];
+	static char names[N][8];
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof names[i], "Op%d", (i * 37) % N); /* not in order */
+		tab[i].op = names[i];
+		tab[i].k = i;
+	}
+	static OpIndex ix = OP_INDEX(tab);
+	for (int i = 0; i < N; i++) {
+		const void *p = g_op_entry(&ix, names[i]);
+		ck_assert_ptr_eq(p, &tab[i]);
+	}
+	ck_assert_ptr_null(g_op_entry(&ix, "Op256"));
+	ck_assert_ptr_null(g_op_entry(&ix, "Op"));
+	ck_assert_ptr_null(g_op_entry(&ix, "Op10x"));
+	ck_assert_ptr_null(g_op_entry(&ix, ""));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("graph");
@@ -504,6 +533,7 @@ int main(void)
 	tcase_add_test(tc, node_at_follows_the_list);
 	tcase_add_test(tc, is_zero_by_type);
 	tcase_add_test(tc, is_zero_trusts_the_zeros_range);
+	tcase_add_test(tc, op_entry_finds_every_entry);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
