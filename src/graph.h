@@ -193,11 +193,11 @@ const Onnx__AttributeProto *g_attr(const Node *n, const char *name);
 int64_t g_attr_i(const Node *n, const char *name, int64_t dflt);
 int g_is(const Node *n, const char *op); /* default domain and op_type */
 
-/* A static table of ops sorted by name, each entry's first member its
- * name (const char *), found by a hash of the name instead of a binary
- * search: the check looked each node up in three such tables, about 20
- * string compares a node. Built on first use, by whichever thread asks
- * first; at most 256 entries (half the slots). */
+/* A static table of ops, in any order, each entry's first member its name
+ * (const char *), found by a hash of the name instead of a binary search:
+ * the check looked each node up in three such tables, about 20 string
+ * compares a node. Built on first use, by whichever thread asks first; at
+ * most 256 entries (half the slots). */
 typedef struct {
 	const void *base;
 	size_t n, size;
