@@ -222,6 +222,11 @@ START_TEST(conv_and_pools)
 	b_init(&b, NULL, "wt", FLOAT, "3,4,2,2", NULL);
 	b_node(&b, NULL, "Conv", "x,w", "c1", "pads=[1,1,1,1] strides=[2,2]");
 	b_node(&b, NULL, "Conv", "x,w", "c2", "auto_pad=s:SAME_UPPER strides=[2,2]");
+	/* auto_pad other than NOTSET: the pads are not read. */
+	b_node(&b, NULL, "Conv", "x,w", "cv", "auto_pad=s:VALID pads=[1,1,1,1]");
+	b_node(&b, NULL, "MaxPool", "x", "msl", "auto_pad=s:SAME_LOWER kernel_shape=[2,2] strides=[2,2]");
+	b_node(&b, NULL, "ConvTranspose", "x,wt", "ctv", "auto_pad=s:VALID pads=[1,1,1,1] strides=[2,2]");
+	b_node(&b, NULL, "ConvTranspose", "x,wt", "cts", "auto_pad=s:SAME_UPPER strides=[3,3]");
 	b_node(&b, NULL, "Conv", "x,wg", "c3", "group=3 dilations=[2,1]");
 	b_node(&b, NULL, "Conv", "xd,w", "c4", "");
 	b_node(&b, NULL, "Conv", "nowhere,w", "c5", "");             /* rank and Cout from the weight */
@@ -237,6 +242,10 @@ START_TEST(conv_and_pools)
 	b_index(&b);
 	ck_ty(&b, "c1", "float[1,8,16,16]");
 	ck_ty(&b, "c2", "float[1,8,16,16]");
+	ck_ty(&b, "cv", "float[1,8,30,29]");
+	ck_ty(&b, "msl", "float[1,3,16,16]");
+	ck_ty(&b, "ctv", "float[1,4,64,62]");
+	ck_ty(&b, "cts", "float[1,4,96,93]");
 	ck_ty(&b, "c3", "float[1,6,24,27]");
 	ck_ty(&b, "c4", "float[?,8,?,14]");
 	ck_ty(&b, "c5", "float[?,8,?,?]");
