@@ -894,8 +894,8 @@ static int load(Model *md, const char *path, Arena *a, Err *e)
 	 * passed. */
 	if (!w.found || w.c.saved < n - w.c.saved)
 		w.c.n = 0;
-	/* protobuf-c copies bytes and strings into the arena, so the mapping
-	 * goes right after: peak memory stays about one model. */
+	/* protobuf-c copies bytes and strings into the arena, so the mapping's
+	 * pages go right after: peak memory stays about one model. */
 	md->m = unpack_cut(md, &w.c, p, n);
 	filemap_remove(p);
 	let_go(md, (void *)p, n);
