@@ -198,6 +198,8 @@ typedef struct {
 	size_t nin;
 	Val **out; /* NULL where the output is "" or not this node's */
 	size_t nout;
+	Graph **subs; /* the node's bodies */
+	size_t ns;
 } Cur;
 
 typedef struct {
@@ -1966,8 +1968,12 @@ static Graph *body(Graph **subs, size_t ns, const Node *n, const char *attr)
 	return NULL;
 }
 
-static void r_if(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
+/* If, Loop, Scan: rules that store their outputs (1), bodies from w->cur. */
+static int r_if(W *w, Graph *g, Node *n, S *o)
 {
+	(void)o;
+	Graph **subs = w->cur->subs;
+	size_t ns = w->cur->ns;
 	Graph *th = body(subs, ns, n, "then_branch"), *el = body(subs, ns, n, "else_branch");
 	for (size_t i = 0; i < ns; i++)
 		walk(w, subs[i]);
@@ -1986,12 +1992,16 @@ static void r_if(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
 		}
 		put(w, i, &s);
 	}
+	return 1;
 }
 
 /* Loop: inputs (M, cond, v...), body inputs (iter, cond, v...), body
  * outputs (cond, v..., scan...), node outputs (v..., scan...). */
-static void r_loop(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
+static int r_loop(W *w, Graph *g, Node *n, S *o)
 {
+	(void)o;
+	Graph **subs = w->cur->subs;
+	size_t ns = w->cur->ns;
 	Graph *b = body(subs, ns, n, "body");
 	for (size_t i = 0; i < ns; i++) {
 		if (subs[i] != b) {
@@ -2034,12 +2044,16 @@ static void r_loop(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
 		}
 		put(w, i, &s);
 	}
+	return 1;
 }
 
 /* Scan (opset 9+): inputs (state..., scan...), body inputs (state...,
  * slices...), outputs (state..., stacked...). */
-static void r_scan(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
+static int r_scan(W *w, Graph *g, Node *n, S *o)
 {
+	(void)o;
+	Graph **subs = w->cur->subs;
+	size_t ns = w->cur->ns;
 	Graph *b = body(subs, ns, n, "body");
 	int64_t m = g_attr_i(n, "num_scan_inputs", -1);
 	int ok = w->opset >= 9 && b && m >= 0 && (size_t)m <= n->n_input;
@@ -2071,6 +2085,7 @@ static void r_scan(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
 		}
 		put(w, i, &s);
 	}
+	return 1;
 }
 
 /* ---- dispatch ---- */
@@ -2118,6 +2133,7 @@ static const RuleEnt RULES[] = {
 	{ "Tanh", r_same }, { "ThresholdedRelu", r_same }, { "Tile", r_tile }, { "TopK", r_topk },
 	{ "Transpose", r_transpose }, { "Trilu", r_same }, { "Unsqueeze", r_unsqueeze },
 	{ "Upsample", r_resize }, { "Where", r_where }, { "Xor", r_binary },
+	{ "If", r_if }, { "Loop", r_loop }, { "Scan", r_scan },
 };
 
 static OpIndex RULE_IX = OP_INDEX(RULES);
@@ -2130,8 +2146,6 @@ static Rule rule_of(const Node *n)
 	return p ? p->r : NULL;
 }
 
-static void rules(W *w, Graph *g, Node *n, Graph **subs, size_t ns);
-
 /* k: n's index entry (NULL: looked up). */
 static void infer_node(W *w, Graph *g, Node *n, NodeInfo *k, Val **out, Graph **subs, size_t ns)
 {
@@ -2140,39 +2154,24 @@ static void infer_node(W *w, Graph *g, Node *n, NodeInfo *k, Val **out, Graph **
 		const Val *v = k ? g_in(k, i) : g_input(w->c, n, i);
 		in[i] = v && v->ty ? v->ty : &UNKNOWN;
 	}
-	Cur cur = { in, n->n_input, out, n->n_output };
+	Cur cur = { in, n->n_input, out, n->n_output, subs, ns };
 	/* Bodies walked by the rules set their nodes' own; this one is back
 	 * in place when they return. */
 	const Cur *saved = w->cur;
 	w->cur = &cur;
-	rules(w, g, n, subs, ns);
-	w->cur = saved;
-}
-
-static void rules(W *w, Graph *g, Node *n, Graph **subs, size_t ns)
-{
-	int dflt = !n->domain || !*n->domain || !strcmp(n->domain, "ai.onnx");
-	if (dflt && g_is(n, "If")) {
-		r_if(w, g, n, subs, ns);
-		return;
-	}
-	if (dflt && g_is(n, "Loop")) {
-		r_loop(w, g, n, subs, ns);
-		return;
-	}
-	if (dflt && g_is(n, "Scan")) {
-		r_scan(w, g, n, subs, ns);
-		return;
-	}
-	for (size_t i = 0; i < ns; i++) /* bodies of other ops: their own values */
-		walk(w, subs[i]);
+	/* Control flow walks its bodies itself, seeded from the node's
+	 * inputs; other ops' bodies are walked first, on their own values. */
 	Rule r = rule_of(n);
-	if (!r || !n->n_output)
-		return;
-	S o;
-	s_unk(&o);
-	if (!r(w, g, n, &o))
-		put(w, 0, &o);
+	int flow = r == r_if || r == r_loop || r == r_scan;
+	for (size_t i = 0; !flow && i < ns; i++)
+		walk(w, subs[i]);
+	if (r && (flow || n->n_output)) {
+		S o;
+		s_unk(&o);
+		if (!r(w, g, n, &o))
+			put(w, 0, &o);
+	}
+	w->cur = saved;
 }
 
 /* ---- the walk ---- */

@@ -646,6 +646,28 @@ START_TEST(loop_and_scan)
 	ck_ty(&b, "v_final", "float[...]"); /* the carried value's shape may change */
 	ck_ty(&b, "scanned", "float[?]");
 	b_free(&b);
+
+	/* Scan: one state, one scanned input; the body's inputs get their
+	 * element types, the stacked output one more axis than the body's. */
+	b_new(&b, 17);
+	b_in(&b, NULL, "s0", FLOAT, "2,3");
+	b_in(&b, NULL, "seq", INT64, "5,3");
+	body = b_graph(&b, "body");
+	b_in(&b, body, "s_in", 0, NULL);
+	b_in(&b, body, "e_in", 0, NULL);
+	b_node(&b, body, "Relu", "s_in", "s_out", "");
+	b_node(&b, body, "Shape", "e_in", "e_shape", "");
+	b_out(&b, body, "s_out", 0, NULL);
+	b_out(&b, body, "e_shape", 0, NULL);
+	n = b_node(&b, NULL, "Scan", "s0,seq", "s_final,stacked", "num_scan_inputs=1");
+	b_attr_g(&b, n, "body", body);
+	b_index(&b);
+	bg = b.c.g->sub[0];
+	ck_assert_str_eq(ty_str(b.a, g_ty(bg, "s_in")), "float[...]");
+	ck_assert_str_eq(ty_str(b.a, g_ty(bg, "e_in")), "int64[...]");
+	ck_ty(&b, "s_final", "float[...]");
+	ck_ty(&b, "stacked", "int64[?,?]");
+	b_free(&b);
 }
 END_TEST
 
