@@ -201,6 +201,14 @@ void wsrc_prefetch(const WSrc *w, const char *name)
 	map_prefetch(&w->byname, name);
 }
 
+void wsrc_restart(WSrc *w, size_t n)
+{
+	w->n = 0;
+	w->t = NULL;
+	w->order = NULL;
+	map_init(&w->byname, w->a, n);
+}
+
 int wsrc_add(WSrc *w, const WTensor *t, Err *e)
 {
 	WTensor **slot = (WTensor **)map_ref(&w->byname, t->name);

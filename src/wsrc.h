@@ -85,6 +85,9 @@ int wsrc_missing(const WSrc *w, const char *key, const char *under, Err *e);
 
 /* Helpers shared by the readers. */
 int wsrc_add(WSrc *w, const WTensor *t, Err *e); /* duplicate names are an error */
+/* Takes back every tensor added (a reader that must read the file another
+ * way) and sizes the name table for n tensors. */
+void wsrc_restart(WSrc *w, size_t n);
 int wsrc_mmap(WSrc *w, const char *path, const void **base, size_t *len, Err *e);
 size_t wt_dtype_size(int dtype);            /* 0 for unknown */
 const char *wt_dtype_name(int dtype);
