@@ -501,9 +501,11 @@ size_t g_pos(const Ctx *c, const Node *n)
 
 const Onnx__AttributeProto *g_attr(const Node *n, const char *name)
 {
-	for (size_t i = 0; i < n->n_attribute; i++)
-		if (strcmp(n->attribute[i]->name, name) == 0)
+	for (size_t i = 0; i < n->n_attribute; i++) {
+		const char *a = n->attribute[i]->name;
+		if (a[0] == name[0] && strcmp(a, name) == 0)
 			return n->attribute[i];
+	}
 	return NULL;
 }
 
@@ -511,12 +513,6 @@ int64_t g_attr_i(const Node *n, const char *name, int64_t dflt)
 {
 	const Onnx__AttributeProto *a = g_attr(n, name);
 	return a && a->has_i ? a->i : dflt;
-}
-
-int g_is(const Node *n, const char *op)
-{
-	return (!n->domain || !*n->domain || strcmp(n->domain, "ai.onnx") == 0) &&
-	       strcmp(n->op_type, op) == 0;
 }
 
 static uint32_t op_hash(const char *s)
