@@ -152,6 +152,11 @@ START_TEST(st_malformed)
 			  "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
 			  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", z, 12, 0),
 		"header: tensors 'a' and 'b' overlap in the data area");
+	/* Listed out of the order of their data: sorted before the check. */
+	st_refuse(st_file("overlap2.safetensors",
+			  "{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]},"
+			  "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", z, 12, 0),
+		"header: tensors 'a' and 'b' overlap in the data area");
 	st_refuse(st_file("dup.safetensors",
 			  "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
 			  "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", z, 8, 0),
