@@ -50,14 +50,18 @@ int expert_path_to(char *b, size_t cap, const SpecLayer *s, int id)
 	if (!p) {
 		put(b, cap, &at, pat, strlen(pat));
 	} else {
+		/* By hand: snprintf was a third of this, which runs twice for
+		 * each new tensor. */
 		char num[16];
-		int nn = 1;
-		if (id >= 0 && id < 10)
-			num[0] = (char)('0' + id);
-		else
-			nn = snprintf(num, sizeof num, "%d", id);
+		int nn = 0;
+		unsigned u = id < 0 ? 0u - (unsigned)id : (unsigned)id;
+		do
+			num[sizeof num - 1 - nn++] = (char)('0' + u % 10);
+		while (u /= 10);
+		if (id < 0)
+			num[sizeof num - 1 - nn++] = '-';
 		put(b, cap, &at, pat, (size_t)(p - pat));
-		put(b, cap, &at, num, (size_t)nn);
+		put(b, cap, &at, num + sizeof num - nn, (size_t)nn);
 		put(b, cap, &at, p + 3, strlen(p + 3));
 	}
 	if (cap)

@@ -237,7 +237,7 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 	if (*n >= 0 && (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 || t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16))
 		s->lowp = 1;
 	const float *d = in_place(t);
-	if (d && !copied_whole(t))
+	if (d && (t->nbytes < PAGE || t->nbytes > SMALL)) /* not copied_whole */
 		return d;
 	float *f = map_get(&s->cache, key);
 	if (f)

@@ -806,6 +806,12 @@ START_TEST(expert_path_lengths)
 	ck_assert_str_eq(b, "model.8.experts.12");
 	ck_assert_int_eq(expert_path_to(b, sizeof b, &l, 3), 17);
 	ck_assert_str_eq(b, "model.8.experts.3");
+	ck_assert_int_eq(expert_path_to(b, sizeof b, &l, 0), 17);
+	ck_assert_str_eq(b, "model.8.experts.0");
+	ck_assert_int_eq(expert_path_to(b, sizeof b, &l, 10), 18);
+	ck_assert_str_eq(b, "model.8.experts.10");
+	ck_assert_int_eq(expert_path_to(b, sizeof b, &l, 2147483647), 26);
+	ck_assert_str_eq(b, "model.8.experts.2147483647");
 	ck_assert_int_eq(expert_path_to(b, 6, &l, 12), 18);
 	ck_assert_str_eq(b, "model");
 	ck_assert_int_eq(expert_path_to(b, 17, &l, 12), 18);
