@@ -31,11 +31,17 @@ static const double EPS[] = { 1e-5, 1e-3, 1e-4, 1e-6, 1e-2, 1e-1 };
  * few pages of) they are copied whole when first asked for (key_f32). */
 enum { PAGE = 1024, SMALL = 64 << 10 };
 
+/* Whether a tensor of nb bytes is of the size copied whole. */
+static int whole_sized(size_t nb)
+{
+	return nb >= PAGE && nb <= SMALL;
+}
+
 /* A copy in a of the nb bytes at p, read through the file, when p is a
  * mapped tensor to copy whole (see PAGE); else NULL: read it in place. */
 static float *small_copy(Arena *a, const void *p, size_t nb)
 {
-	if (nb < PAGE || nb > SMALL || !filemap_has(p, nb))
+	if (!whole_sized(nb) || !filemap_has(p, nb))
 		return NULL;
 	float *f = arena_alloc_raw(a, nb + 1);
 	return filemap_read(f, p, nb) ? f : NULL;
@@ -222,7 +228,7 @@ static const float *in_place(const WTensor *t)
 /* Whether key_f32 copies t whole (through the file, when mapped). */
 static int copied_whole(const WTensor *t)
 {
-	return in_place(t) && t->nbytes >= PAGE && t->nbytes <= SMALL;
+	return in_place(t) && whole_sized(t->nbytes);
 }
 
 static const float *key_f32(Src *s, const char *key, int64_t *n)
@@ -237,7 +243,7 @@ static const float *key_f32(Src *s, const char *key, int64_t *n)
 	if (*n >= 0 && (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 || t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16))
 		s->lowp = 1;
 	const float *d = in_place(t);
-	if (d && (t->nbytes < PAGE || t->nbytes > SMALL)) /* not copied_whole */
+	if (d && !whole_sized(t->nbytes)) /* not copied_whole: in_place asked once */
 		return d;
 	float *f = map_get(&s->cache, key);
 	if (f)
