@@ -40,11 +40,6 @@ static const char *nname(const Node *n)
 	return n->name && *n->name ? n->name : n->op_type;
 }
 
-static int is_default(const char *d)
-{
-	return !d || !*d || strcmp(d, "ai.onnx") == 0;
-}
-
 /* ---- opset_import ---- */
 
 static int check_opsets(K *k)
@@ -54,7 +49,7 @@ static int check_opsets(K *k)
 		return errf(k->e, "the model declares no opset_import");
 	for (size_t i = 0; i < m->n_opset_import; i++) {
 		const Onnx__OperatorSetIdProto *o = m->opset_import[i];
-		if (!is_default(o->domain))
+		if (!model_default_domain(o->domain))
 			continue;
 		if (o->version < 1)
 			return errf(k->e, "opset_import: default-domain version %" PRId64 " is not an opset (they start at 1); fix the model's opset_import",
@@ -75,11 +70,11 @@ static int has_type(const Onnx__ValueInfoProto *vi)
 
 static int domain_known(const Ctx *c, const char *d)
 {
-	if (is_default(d))
+	if (model_default_domain(d))
 		d = "";
 	for (size_t i = 0; i < c->m->n_opset_import; i++) {
 		const char *od = c->m->opset_import[i]->domain;
-		if (is_default(od))
+		if (model_default_domain(od))
 			od = "";
 		if (strcmp(od, d) == 0)
 			return 1;
@@ -128,7 +123,7 @@ static OpIndex ARITY_IX = OP_INDEX(ARITY);
 
 static int check_arity(const Node *n, const char *nn, Err *e)
 {
-	if (!is_default(n->domain))
+	if (!model_default_domain(n->domain))
 		return 0;
 	const Arity *ar = g_op_entry(&ARITY_IX, n->op_type);
 	char r[32];
@@ -147,7 +142,7 @@ static int check_arity(const Node *n, const char *nn, Err *e)
  * as many outputs as the If has. */
 static int check_if(const Node *n, const char *nn, Err *e)
 {
-	if (!is_default(n->domain) || strcmp(n->op_type, "If"))
+	if (!model_default_domain(n->domain) || strcmp(n->op_type, "If"))
 		return 0;
 	static const char *const br[2] = { "then_branch", "else_branch" };
 	for (int i = 0; i < 2; i++) {
@@ -830,7 +825,7 @@ static int check_nodes(K *k, Graph *g, int opset)
 	for (size_t i = 0; i < gp->n_node; i++) {
 		Node *n = gp->node[i];
 		g_node_at(k->c, g, i); /* its input types are asked next */
-		const OpInfo *oi = is_default(n->domain) ? g_op_entry(&OPS_IX, n->op_type) : NULL;
+		const OpInfo *oi = model_default_domain(n->domain) ? g_op_entry(&OPS_IX, n->op_type) : NULL;
 		if (oi && (check_types(k, g, n, oi, opset) || check_attrs(k, n, oi, opset)))
 			return -1;
 	}

@@ -431,7 +431,7 @@ int g_init(Ctx *c, Onnx__ModelProto *m, Arena *a, Err *e)
 		return errf(e, "the model has no graph");
 	for (size_t i = 0; i < m->n_opset_import; i++) {
 		Onnx__OperatorSetIdProto *o = m->opset_import[i];
-		if (!o->domain || !*o->domain || strcmp(o->domain, "ai.onnx") == 0)
+		if (model_default_domain(o->domain))
 			c->opset = (int)o->version;
 	}
 	return g_reindex(c, e);

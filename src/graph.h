@@ -16,6 +16,7 @@
 #include "arena.h"
 #include "err.h"
 #include "map.h"
+#include "model.h"
 #include "onnx.pb-c.h"
 
 typedef Onnx__NodeProto Node;
@@ -196,8 +197,7 @@ int64_t g_attr_i(const Node *n, const char *name, int64_t dflt);
  * repair, mostly of another op: the first letter tells most apart. */
 static inline int g_is(const Node *n, const char *op)
 {
-	return n->op_type[0] == op[0] && strcmp(n->op_type, op) == 0 &&
-	       (!n->domain || !*n->domain || strcmp(n->domain, "ai.onnx") == 0);
+	return n->op_type[0] == op[0] && strcmp(n->op_type, op) == 0 && model_default_domain(n->domain);
 }
 
 /* A static table of ops, in any order, each entry's first member its name

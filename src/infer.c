@@ -2140,7 +2140,7 @@ static OpIndex RULE_IX = OP_INDEX(RULES);
 
 static Rule rule_of(const Node *n)
 {
-	if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
+	if (!model_default_domain(n->domain))
 		return NULL;
 	const RuleEnt *p = g_op_entry(&RULE_IX, n->op_type);
 	return p ? p->r : NULL;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "map.h"
+#include "model.h"
 
 enum { MAX_DEPTH = 64 };
 
@@ -42,14 +43,9 @@ typedef struct {
 	Map ren;
 } Call;
 
-static int is_default(const char *d)
-{
-	return !d || !*d || strcmp(d, "ai.onnx") == 0;
-}
-
 static int same_domain(const char *x, const char *y)
 {
-	return is_default(x) ? is_default(y) : y && strcmp(x, y) == 0;
+	return model_default_domain(x) ? model_default_domain(y) : y && strcmp(x, y) == 0;
 }
 
 static void note(In *s, const char *name)
@@ -409,7 +405,7 @@ int model_inline(Onnx__ModelProto *m, Arena *a, Inlined *u, Err *e)
 		const char *d = m->opset_import[i]->domain;
 		int fdom = 0;
 		for (size_t j = 0; j < m->n_functions && !fdom; j++)
-			fdom = !is_default(d) && same_domain(m->functions[j]->domain, d);
+			fdom = !model_default_domain(d) && same_domain(m->functions[j]->domain, d);
 		if (!fdom || uses_domain(m->graph, d))
 			m->opset_import[keep++] = m->opset_import[i];
 	}

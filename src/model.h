@@ -5,12 +5,20 @@
 #define MODEL_H
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/stat.h>
 #include "arena.h"
 #include "err.h"
 #include "map.h"
 #include "onnx.pb-c.h"
 #include "progress.h"
+
+/* The default ONNX operator set: a node or opset_import whose domain is
+ * unset, empty or "ai.onnx". */
+static inline int model_default_domain(const char *d)
+{
+	return !d || !*d || strcmp(d, "ai.onnx") == 0;
+}
 
 typedef struct {
 	const char *path; /* as given */

@@ -142,7 +142,7 @@ static int node(Rd *r, const Onnx__NodeProto *n, int depth, Err *e)
 			if (graph(r, at->graphs[k], depth + 1, e))
 				return -1;
 	}
-	if (!n->op_type || strcmp(n->op_type, "Constant") || (n->domain && *n->domain && strcmp(n->domain, "ai.onnx")) ||
+	if (!n->op_type || strcmp(n->op_type, "Constant") || !model_default_domain(n->domain) ||
 		n->n_output < 1)
 		return 0;
 	for (size_t i = 0; i < n->n_attribute; i++) {
@@ -250,7 +250,7 @@ static int graph(Rd *r, const Onnx__GraphProto *g, int depth, Err *e)
 	for (size_t i = 0; i < g->n_node; i++) {
 		const Onnx__NodeProto *n = g->node[i];
 		const WTensor *t;
-		if (n->op_type && !strcmp(n->op_type, "Identity") && (!n->domain || !*n->domain) && n->n_input == 1 &&
+		if (n->op_type && !strcmp(n->op_type, "Identity") && model_default_domain(n->domain) && n->n_input == 1 &&
 		    n->n_output == 1 && n->output[0] && *n->output[0] && !wsrc_get(w, n->output[0]) &&
 		    (t = wsrc_get(w, n->input[0]))) {
 			WTensor a = *t;

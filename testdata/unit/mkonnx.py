@@ -29,6 +29,11 @@ model([
     h.make_node('Constant', [], ['c.int'], value_int=-7),
     h.make_node('Constant', [], ['cond'], value=nh.from_array(np.array(True))),
     h.make_node('If', ['cond'], ['y'], then_branch=then, else_branch=other),
+    # The tracer's aliases of equal parameters, in each spelling of the
+    # default domain; another domain's Identity is not one.
+    h.make_node('Identity', ['model.1.experts.0.w'], ['alias.unset']),
+    h.make_node('Identity', ['typed.f32'], ['alias.ai'], domain='ai.onnx'),
+    h.make_node('Identity', ['typed.f32'], ['alias.other'], domain='com.example'),
 ], 'donor.onnx')
 
 ext = nh.from_array(w, 'ext.w')
