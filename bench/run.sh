@@ -6,7 +6,8 @@
 #     Debian's python3-onnx (the floor of any Python-stack tool),
 #   - cp of the repaired file (the physical floor), and cp + sync (the
 #     floor of a durable write: the repair fsyncs its output);
-# the same for a model whose weights (> 2 GiB) are external data; four
+# the same for a model whose weights (> 2 GiB) are external data, with
+# floors for its I/O (dd) and for its graph (the same nodes at C=4); four
 # graph-heavy models (50-400 layers of tiny experts, against Python too);
 # four sizes for linear scaling in layers and experts; ONNX Runtime latency of
 # repaired vs dense exports of the corpus.  Prints the tables and writes
@@ -137,6 +138,16 @@ rm -f "$X/out.onnx" "$X/out.onnx.data"
 "$BIN" -q "$X/broken.onnx" --experts "$X/experts.yaml" -o "$X/out.onnx" --external-data out.onnx.data
 mkdir -p "$X/ref" && rm -f "$X/ref/"*
 cp "$X/out.onnx" "$X/out.onnx.data" "$X/broken.onnx.data" "$X/ref/"
+# Its graph alone: the same layers, experts and nodes at C=4, where the
+# weights and the inline zeros are a few MB. What the repair pays for
+# the graph, beside the dd row's floor for its I/O.
+XG=$OUT/external_graph
+gen "$XG" --layers 80 --channels 4 --experts 16 --top-k 2 --missing 2 --external
+set -- $("$PY" -c 'import onnx, sys; print(*(len(onnx.load(f, load_external_data=False).graph.node) for f in sys.argv[1:]))' "$X/broken.onnx" "$XG/broken.onnx")
+[ "$1" = "$2" ] || die "the C=4 twin of the external-data model has $2 nodes, not $1: bench/gen.py changed"
+xnodes=$1
+rm -f "$XG/out.onnx" "$XG/out.onnx.data"
+"$BIN" -q "$XG/broken.onnx" --experts "$XG/experts.yaml" -o "$XG/out.onnx" --external-data out.onnx.data # warm-up
 for i in $(seq "$ROUNDS"); do
 	echo "external round $i/$ROUNDS" >&2
 	rm -f "$X/out.onnx" "$X/out.onnx.data"
@@ -159,10 +170,12 @@ for i in $(seq "$ROUNDS"); do
 	run xio sh -c 'dd if="$1" of=/dev/null bs=1M count="$2" iflag=count_bytes status=none &&
 		dd if="$1" of="$3" bs=1M count="$4" iflag=count_bytes status=none' sh \
 		"$X/model.safetensors" "$xrd" "$X/cp/io" "$xwr"
+	rm -f "$XG/out.onnx" "$XG/out.onnx.data"
+	run xgraph "$BIN" -q "$XG/broken.onnx" --experts "$XG/experts.yaml" -o "$XG/out.onnx" --external-data out.onnx.data --no-sync
 done
 wr=$(bytes "$X/out.onnx" "$X/out.onnx.data")
 un=$(bytes "$X/broken.onnx.data")
-xw=$(med xours 1) xp=$(med xpy 1) xcw=$(med xcpw 1) xca=$(med xcpa 1) xio=$(med xio 1)
+xw=$(med xours 1) xp=$(med xpy 1) xcw=$(med xcpw 1) xca=$(med xcpa 1) xio=$(med xio 1) xg=$(med xgraph 1)
 {
 	echo "**External data, > 2 GiB**: 80 layers, C=256, 16 experts, top-2, 2 missing per layer;"
 	echo "the input's $(mib $((un / 1024))) MiB of external weights stay referenced, the repair writes"
@@ -176,6 +189,7 @@ xw=$(med xours 1) xp=$(med xpy 1) xcw=$(med xcpw 1) xca=$(med xcpa 1) xio=$(med 
 	echo "| \`cp\` of the bytes the repair writes | $(mib $((wr / 1024))) | $xcw | $(mib "$(med xcpw 2)") |"
 	echo "| \`cp\` of the whole repaired model | $(mib $(((wr + un) / 1024))) | $xca | $(mib "$(med xcpa 2)") |"
 	echo "| \`dd\` moving the repair's own I/O: $(mib $((xrd / 1024))) MiB read, $(mib $((xwr / 1024))) MiB written | $(mib $((xwr / 1024))) | $xio | $(mib "$(med xio 2)") |"
+	echo "| its graph alone: the same $xnodes nodes at C=4, \`--no-sync\` | $(mib $(($(bytes "$XG/out.onnx" "$XG/out.onnx.data") / 1024))) | $xg | $(mib "$(med xgraph 2)") |"
 	echo
 	echo "Repair / Python: $(ratio "$xw" "$xp")x; repair / \`cp\` of the whole model: $(ratio "$xw" "$xca")x."
 	xn=$(med xoursns 1)
@@ -183,6 +197,8 @@ xw=$(med xours 1) xp=$(med xpy 1) xcw=$(med xcpw 1) xca=$(med xcpa 1) xio=$(med 
 	echo "like for like, \`--no-sync\`: $(ratio "$xn" "$xcw")x, $(met "$(ratio "$xn" "$xcw")" 4)."
 	echo "The \`dd\` row alone, reads and writes with nothing else done, is $(ratio "$xio" "$xcw")x that \`cp\`:"
 	echo "the read and write calls of a repair that folds the new experts and compares the present ones by value."
+	echo "The graph alone, at C=4, is $(ratio "$xg" "$xcw")x: together the two floors are $(ratio "$(awk -v a="$xio" -v b="$xg" 'BEGIN { print a + b }')" "$xcw")x;"
+	echo "the repair goes below their sum only as far as its I/O and its graph work overlap on the two cores."
 	echo
 } >>"$TAB"
 rm -rf "$X/py" "$X/cp" "$X/ref"
