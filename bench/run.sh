@@ -71,6 +71,9 @@ mib() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 met() { if le "$1" "$2"; then echo "met"; else echo "missed ($(ratio "$1" "$2")x the target)"; fi; }
+# nodes FILE...: each model's node count, by python3-onnx (its external
+# data is not read).
+nodes() { "$PY" -c 'import onnx, sys; print(*(len(onnx.load(f, load_external_data=False).graph.node) for f in sys.argv[1:]))' "$@"; }
 # bytes FILE...: their total size, from the file system (no reading).
 bytes() { stat -c %s "$@" | awk '{ n += $1 } END { printf "%.0f\n", n }'; }
 # settle: each section starts with no write-back pending from the one
@@ -143,7 +146,7 @@ cp "$X/out.onnx" "$X/out.onnx.data" "$X/broken.onnx.data" "$X/ref/"
 # the graph, beside the dd row's floor for its I/O.
 XG=$OUT/external_graph
 gen "$XG" --layers 80 --channels 4 --experts 16 --top-k 2 --missing 2 --external
-set -- $("$PY" -c 'import onnx, sys; print(*(len(onnx.load(f, load_external_data=False).graph.node) for f in sys.argv[1:]))' "$X/broken.onnx" "$XG/broken.onnx")
+set -- $(nodes "$X/broken.onnx" "$XG/broken.onnx")
 [ "$1" = "$2" ] || die "the C=4 twin of the external-data model has $2 nodes, not $1: bench/gen.py changed"
 xnodes=$1
 rm -f "$XG/out.onnx" "$XG/out.onnx.data"
@@ -238,7 +241,7 @@ for L in 50 100 200 400; do
 		pyrun gpy "$PY" "$ROOT/bench/pyfloor.py" "$G/broken.onnx" "$G/ref.onnx" "$G/py.onnx"
 	done
 	cmp -s "$G/out.onnx" "$G/py.onnx" || die "Python's save of the repaired $L-layer model differs from ours"
-	set -- $("$PY" -c 'import onnx, sys; print(*(len(onnx.load(f).graph.node) for f in sys.argv[1:]))' "$G/broken.onnx" "$G/out.onnx")
+	set -- $(nodes "$G/broken.onnx" "$G/out.onnx")
 	gw=$(med gns 1) gd=$(med g 1) gp=$(med gpy 1) gr=$(med g 2) gsz=$(bytes "$G/out.onnx")
 	echo "| $L | $1 -> $2 | $(awk -v b="$gsz" 'BEGIN { printf "%.1f", b / 1048576 }') | $gw | $gd | $gp | $(ratio "$gw" "$gp")x | $(awk -v w="$gw" -v n="$2" 'BEGIN { printf "%.1f", 1e6 * w / n }') | $(mib "$gr") |" >>"$TAB"
 	eval "gw_$L=\$gw gd_$L=\$gd gp_$L=\$gp gr_$L=\$gr gsz_$L=\$gsz"
