@@ -455,6 +455,8 @@ int pipeline_run(Model *md, const Spec *spec, const Opts *o, Report *r, Err *e)
 	if (!(spec = named_patterns(&c, &ss, md->a, spec, bound, e)))
 		goto out;
 	r->spec = spec;
+	r->bound_at = progress_now();
+	r->bound_cpu = progress_cpu();
 	r->layer = arena_alloc(md->a, (spec->nlayer + 1) * sizeof *r->layer);
 	/* Every layer is repaired on the index of the model as exported: the
 	 * repairs keep the names other layers read, and no layer's detection

@@ -5,16 +5,26 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
+static double seconds(clockid_t id)
 {
 	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
+	clock_gettime(id, &t);
 	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+double progress_now(void)
+{
+	return seconds(CLOCK_MONOTONIC);
+}
+
+double progress_cpu(void)
+{
+	return seconds(CLOCK_PROCESS_CPUTIME_ID);
 }
 
 void progress_init(Progress *p, int enabled)
 {
-	*p = (Progress){ .on = enabled && isatty(STDERR_FILENO), .t0 = now() };
+	*p = (Progress){ .on = enabled && isatty(STDERR_FILENO), .t0 = progress_now() };
 }
 
 void progress_step(Progress *p, const char *what, unsigned long long done, unsigned long long total,
@@ -22,7 +32,7 @@ void progress_step(Progress *p, const char *what, unsigned long long done, unsig
 {
 	if (!p->on)
 		return;
-	double t = now();
+	double t = progress_now();
 	if (t - p->t0 < 1.0 || (p->shown && t - p->last < 0.1))
 		return;
 	p->last = t;

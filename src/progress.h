@@ -19,4 +19,9 @@ void progress_step(Progress *p, const char *what, unsigned long long done, unsig
 /* Erases the line, if any. */
 void progress_done(Progress *p);
 
+/* Seconds on the monotonic clock, and of CPU time the process's threads
+ * have used so far (-v's timings). */
+double progress_now(void);
+double progress_cpu(void);
+
 #endif

@@ -35,6 +35,10 @@ typedef struct {
 	int convs_before, convs_after; /* Conv nodes of the whole model */
 	const struct Spec *spec;       /* the expert sets used (inferred in zero-config use), or NULL */
 	const char **why;              /* per spec layer: where its values came from, or NULL */
+	/* When every layer was bound to its expert set, before the first read
+	 * of a checkpoint tensor (progress_now, progress_cpu; 0: not reached):
+	 * what a repair must do before it knows what to read, which -v shows. */
+	double bound_at, bound_cpu;
 } Report;
 
 /* How the run was asked: the same Report reads differently in each. */

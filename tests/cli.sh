@@ -63,6 +63,13 @@ grep -q 'missing' "$T/err" || fail "--check should name the missing experts: $(c
 expect 1 "diagnosis (no --experts) on the broken example" -- "$BIN" "$ex/broken.onnx"
 expect 0 "repair of the example" -- "$BIN" "$ex/broken.onnx" --experts "$ex/experts.yaml" -o "$T/fixed.onnx"
 grep -q 're-inserted [0-9]' "$T/err" || fail "summary should list re-inserted experts: $(cat "$T/err")"
+# -v's critical-path line (bench/run.sh reads it): the layers are bound
+# after the start and before the run's end, by a CPU time no larger than
+# the run's.
+expect 0 "-v repair of the example" -- "$BIN" -v "$ex/broken.onnx" --experts "$ex/experts.yaml" -o "$T/fixedv.onnx"
+sed -n 's/^.*broken\.onnx: layers bound \([0-9.]*\) s from the start, CPU \([0-9.]*\) s by then and \([0-9.]*\) s by the end of the save$/\1 \2 \3/p' "$T/err" |
+	awk 'NF == 3 && $1 > 0 && $2 > 0 && $2 <= $3 { k++ } END { exit k != 1 }' &&
+	ok "-v says when the layers were bound" || fail "-v's 'layers bound' line: $(cat "$T/err")"
 expect 0 "--check on the repaired example" -- "$BIN" --check "$T/fixed.onnx" --experts "$ex/experts.yaml"
 expect 0 "diagnosis on the repaired example" -- "$BIN" "$T/fixed.onnx"
 grep -q 'run with --weights CHECKPOINT (or --experts' "$T/err" &&
