@@ -1,6 +1,7 @@
 #!/bin/sh
 # The benchmark: onnx-moe-repair against the floors, on this machine, in one
-# run.  Several rounds each (median wall time, peak RSS; bench/timeit.c):
+# run.  Several rounds each (median wall time, peak RSS, CPU time;
+# bench/timeit.c):
 #   - our repair of a generated ~1 GB inline model,
 #   - onnx.load of the broken model + onnx.save of the repaired one with
 #     Debian's python3-onnx (the floor of any Python-stack tool),
@@ -156,7 +157,15 @@ for i in $(seq "$ROUNDS"); do
 	rm -f "$X/out.onnx" "$X/out.onnx.data"
 	run xours "$BIN" -q "$X/broken.onnx" --experts "$X/experts.yaml" -o "$X/out.onnx" --external-data out.onnx.data
 	rm -f "$X/out.onnx" "$X/out.onnx.data"
-	run xoursns "$BIN" -q "$X/broken.onnx" --experts "$X/experts.yaml" -o "$X/out.onnx" --external-data out.onnx.data --no-sync
+	# -v (the same work, a summary line per layer more) says when the
+	# layers were bound, before which nothing tells which checkpoint
+	# tensors to read, and the CPU time by then and by the end: that
+	# point plus the rest spread evenly over the cores is the least any
+	# scheduling of this work takes, its critical path.
+	run xoursns "$BIN" -v "$X/broken.onnx" --experts "$X/experts.yaml" -o "$X/out.onnx" --external-data out.onnx.data --no-sync
+	sed -n 's/.*: layers bound \([0-9.]*\) s from the start, CPU \([0-9.]*\) s by then and \([0-9.]*\) s by the end of the save$/\1 \2 \3/p' "$T/stderr" |
+		awk -v n="$(nproc)" 'NF == 3 { printf "%.3f %s %s %s\n", $1 + ($3 - $2) / n, $1, $2, $3; k++ } END { exit k != 1 }' >>"$T/xbound" ||
+		die "no 'layers bound' line in the -v output of the external-data repair"
 	rm -rf "$X/py" && mkdir "$X/py"
 	pyrun xpy "$PY" "$ROOT/bench/pyfloor.py" "$X/broken.onnx" "$X/ref/out.onnx" "$X/py/out.onnx" --external
 	rm -rf "$X/cp" && mkdir "$X/cp"
@@ -202,6 +211,14 @@ xw=$(med xours 1) xp=$(med xpy 1) xcw=$(med xcpw 1) xca=$(med xcpa 1) xio=$(med 
 	echo "the read and write calls of a repair that folds the new experts and compares the present ones by value."
 	echo "The graph alone, at C=4, is $(ratio "$xg" "$xcw")x: together the two floors are $(ratio "$(awk -v a="$xio" -v b="$xg" 'BEGIN { print a + b }')" "$xcw")x;"
 	echo "the repair goes below their sum only as far as its I/O and its graph work overlap on the two cores."
+	xcpu=$(med xoursns 5)
+	xpk=$(awk -v c="$xcpu" -v n="$(nproc)" 'BEGIN { printf "%.3f", c / n }')
+	echo "Its CPU time (user + system, all threads, \`--no-sync\`) is $xcpu s: spread evenly over the $(nproc) cores,"
+	echo "$xpk s, $(ratio "$xpk" "$xcw")x that \`cp\`, the least any scheduling of the same work could take."
+	xb=$(med xbound 1)
+	echo "It binds its layers $(med xbound 2) s into the run (\`-v\`, medians), with $(med xbound 3) s of its CPU time spent:"
+	echo "before that it cannot know which checkpoint tensors to read. That point, plus the rest of its CPU time"
+	echo "spread evenly over the cores, is its critical path: $xb s, $(ratio "$xb" "$xcw")x that \`cp\`."
 	echo
 } >>"$TAB"
 rm -rf "$X/py" "$X/cp" "$X/ref"
